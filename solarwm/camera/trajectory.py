@@ -143,10 +143,11 @@ def _blend(inc: np.ndarray, blend_steps: int) -> np.ndarray:
     """Smooth the increments with a Hann window so velocities change continuously at junctions."""
     if blend_steps <= 1 or len(inc) < 2:
         return inc
-    w = np.hanning(blend_steps + 2)[1:-1]
+    # An odd, centred window conserves each segment's total across junctions.
+    n = blend_steps | 1
+    w = np.hanning(n + 2)[1:-1]
     w /= w.sum()
-    pad_l, pad_r = len(w) // 2, len(w) - 1 - len(w) // 2
-    padded = np.pad(inc, ((pad_l, pad_r), (0, 0)), mode="edge")
+    padded = np.pad(inc, ((n // 2, n // 2), (0, 0)), mode="edge")
     return np.stack([np.convolve(padded[:, c], w, mode="valid") for c in range(inc.shape[1])], axis=1)
 
 
