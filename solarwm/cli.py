@@ -9,6 +9,7 @@ only when called so that ``solarwm data synth`` does not import the model stack.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from typing import Callable, Sequence
 
@@ -36,6 +37,24 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _required_as_flags(fn: Callable, args: list[str]) -> list[str]:
+    """Let required parameters be given as ``--name value`` too (jsonargparse makes them positional)."""
+    required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    given: dict[str, str] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        key = name[2:].replace("-", "_") if name.startswith("--") else None
+        if key in required and (eq or i + 1 < len(args)):
+            given[key] = value if eq else args[i + 1]
+            i += 1 if eq else 2
+        else:
+            rest.append(args[i])
+            i += 1
+    return [given[n] for n in required if n in given] + rest
+
+
 def data_main(argv: Sequence[str]) -> int:
     """Dispatch ``solarwm data <verb> ...`` to the verb's function via jsonargparse."""
     from jsonargparse import CLI
@@ -50,7 +69,7 @@ def data_main(argv: Sequence[str]) -> int:
     if verb == "inspect" and rest and not rest[0].startswith("-"):
         rest = ["--path", rest[0]] + rest[1:]  # `inspect PATH` reads naturally as a positional
     fn = _load(DATA_VERBS[verb][0])
-    result = CLI(fn, args=rest, prog=f"solarwm data {verb}")
+    result = CLI(fn, args=_required_as_flags(fn, rest), prog=f"solarwm data {verb}")
     return int(result or 0)
 
 

@@ -1,0 +1,204 @@
+"""Run annotation stages over a corpus: per-clip tasks, a local process pool, resume, accounting.
+
+The unit of work is ``annotate_clip(clip_dir, stages, config)``: a pure top-level function of
+picklable arguments returning a JSON-serialisable ``ClipResult``. All state lives in the
+clip's ``meta.json`` (one atomic ``update_meta`` per finished stage), so:
+
+* a rerun skips every stage already ``ok`` at the same version (idempotent), and a killed run
+  resumes where it stopped — finished clips and stages stay finished;
+* any executor can run the tasks. Here it is ``concurrent.futures.ProcessPoolExecutor``; with
+  Ray it would be ``ray.get([ray.remote(annotate_clip).remote(d, stages, config) for d in dirs])``.
+  That needs only that every worker sees the corpus folder at the same path (shared
+  filesystem), has this package installed, and—for model stages—has the checkpoint paths
+  readable; two tasks must never annotate the same clip at once (one task per clip folder).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from solarwm.data.accounting import account
+from solarwm.data.annotate.stages import STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, StageSkipped
+from solarwm.data.annotate.visual import MetricError
+from solarwm.data.annotate.vlm import VLMConfig
+from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
+
+# Top-level keys a stage may write outside ``metrics``; ``caption`` also rewrites prompt.txt.
+TOP_LEVEL_KEYS = ("caption",)
+DEFAULT_STAGES = ("camera", "saturation", "vmaf", "cuts", "flow")
+
+
+@dataclass
+class ClipResult:
+    """What happened to one clip: per stage ``ok`` | ``cached`` | ``skipped`` | ``failed``, and the errors."""
+
+    clip: str
+    stages: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _error_text(e: BaseException) -> str:
+    """``check: detail`` for our named errors, ``Type: message`` otherwise."""
+    if isinstance(e, (ClipError, MetricError)):
+        return f"{e.check}: {e.detail}"
+    return f"{type(e).__name__}: {e}"
+
+
+def _apply(doc: dict[str, Any], name: str, record: dict[str, Any], values: dict[str, Any]) -> None:
+    """Write one stage's record and keys into ``doc``, dropping keys its previous run wrote."""
+    prov = doc.setdefault("provenance", {})
+    stages = prov.setdefault("stages", {})
+    metrics = doc.setdefault("metrics", {})
+    for key in (stages.get(name) or {}).get("keys", []):
+        if key not in TOP_LEVEL_KEYS:
+            metrics.pop(key, None)
+    for key, value in values.items():
+        if key in TOP_LEVEL_KEYS:
+            doc[key] = value
+        else:
+            metrics[key] = value
+    stages[name] = record
+
+
+def annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> ClipResult:
+    """Run ``stages`` on one clip folder, recording each outcome in its ``meta.json``; never raises for bad clips."""
+    folder = Path(clip_dir)
+    result = ClipResult(clip=folder.name)
+    try:
+        meta = read_meta(folder)
+    except ClipError as e:
+        for name in stages:
+            result.stages[name], result.errors[name] = "failed", _error_text(e)
+        return result
+    ctx = ClipContext(folder, meta)
+    for name in stages:
+        stage = STAGES[name]
+        version = stage.version(config)
+        previous = meta.get("provenance", {}).get("stages", {}).get(name)
+        if previous and previous.get("status") == "ok" and previous.get("version") == version:
+            result.stages[name] = "cached"
+            continue
+        values: dict[str, Any] = {}
+        try:
+            values = stage.run(ctx, config)
+            record = {"status": "ok", "version": version, "keys": sorted(values)}
+        except StageSkipped as e:
+            record = {"status": "skipped", "version": version, "reason": str(e)}
+        except Exception as e:  # a bad clip fails its stage, never the run
+            record = {"status": "failed", "version": version, "error": _error_text(e)}
+            result.errors[name] = record["error"]
+        result.stages[name] = record["status"]
+        if previous == record and not values:
+            continue  # same skip/failure as last time: leave meta.json untouched
+        try:
+            meta = update_meta(folder, lambda doc: _apply(doc, name, record, values))
+        except (ClipError, OSError) as e:
+            result.stages[name], result.errors[name] = "failed", f"meta_write: {e}"
+            return result
+        ctx.meta = meta
+    return result
+
+
+def run_annotate(corpus: str | Path, stages: list[str], config: AnnotateConfig, workers: int = 1) -> list[ClipResult]:
+    """Annotate every clip of ``corpus`` with a tqdm progress bar; ``workers`` processes (1 = in-process)."""
+    config.check(stages)
+    dirs = [str(d) for d in iter_clip_dirs(corpus)]
+    bar = tqdm(total=len(dirs), desc="annotate", unit="clip", file=sys.stderr, dynamic_ncols=True)
+    results: list[ClipResult] = []
+    try:
+        if workers <= 1:
+            for d in dirs:
+                results.append(annotate_clip(d, stages, config))
+                bar.update()
+        else:
+            # spawn: workers must not inherit a parent that already initialised torch/FFmpeg threads.
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                futures = {pool.submit(annotate_clip, d, stages, config): d for d in dirs}
+                for fut in as_completed(futures):
+                    try:
+                        results.append(fut.result())
+                    except Exception as e:  # a crashed worker loses only its clip's unfinished stages
+                        name = Path(futures[fut]).name
+                        results.append(ClipResult(name, {s: "failed" for s in stages}, {s: f"worker: {e!r}" for s in stages}))
+                    bar.update()
+    finally:
+        bar.close()
+    return sorted(results, key=lambda r: r.clip)
+
+
+def summarize(corpus: str | Path, stages: list[str], results: list[ClipResult]) -> dict[str, Any]:
+    """The printed JSON summary: per-stage outcome counts, failed clips with stage and error, accounting."""
+    counts = {s: {k: 0 for k in ("ok", "cached", "skipped", "failed")} for s in stages}
+    failed = []
+    for r in results:
+        for s, status in r.stages.items():
+            counts[s][status] += 1
+        failed += [{"clip": r.clip, "stage": s, "error": err} for s, err in sorted(r.errors.items())]
+    acc = account(corpus)
+    return {
+        "command": "annotate", "corpus": str(corpus), "stages": list(stages), "clips": len(results),
+        "per_stage": counts, "failed": failed, "accounting": acc.to_dict(),
+        "results": [asdict(r) for r in results],
+    }
+
+
+def _split_stages(stages: list[str] | str | None) -> list[str] | None:
+    """Accept ``["a", "b"]``, ``["a,b"]`` or ``"a,b"``."""
+    if stages is None:
+        return None
+    items = [stages] if isinstance(stages, str) else list(stages)
+    return [s.strip() for item in items for s in item.split(",") if s.strip()]
+
+
+def annotate_command(
+    corpus: str,
+    stages: list[str] | None = None,
+    workers: int = 1,
+    vlm_endpoint: str | None = None,
+    vlm_model: str | None = None,
+    vlm_api_key_env: str = "SOLARWM_VLM_API_KEY",
+    vlm_max_retries: int = 2,
+    unimatch_checkpoint: str | None = None,
+    dover_checkpoint: str | None = None,
+    dover_options: str | None = None,
+    device: str = "cpu",
+) -> int:
+    """Annotate a corpus of canonical clips with metric, camera and caption stages (paper §5.2, §5.4).
+
+    Args:
+        corpus: corpus folder of clip folders.
+        stages: stages to run (camera, saturation, vmaf, cuts, flow, dover, vlm); default: every stage
+            runnable with this configuration (dover with DOVER weights, vlm with an endpoint).
+        workers: worker processes; 1 runs in-process.
+        vlm_endpoint: OpenAI-compatible base URL (POST {endpoint}/chat/completions).
+        vlm_model: model name sent to the endpoint.
+        vlm_api_key_env: environment variable holding the API key (the key is never written anywhere).
+        vlm_max_retries: re-asks after an invalid reply, with the validation error fed back.
+        unimatch_checkpoint: local UniMatch/GMFlow checkpoint; adds metrics.unimatch to the flow stage.
+        dover_checkpoint: local DOVER weights (DOVER.pth); enables the dover stage.
+        dover_options: DOVER's option file (dover.yml), required with dover_checkpoint.
+        device: torch device for the model stages.
+    """
+    vlm = VLMConfig(vlm_endpoint, vlm_model or "", vlm_api_key_env, vlm_max_retries) if vlm_endpoint else None
+    config = AnnotateConfig(vlm, unimatch_checkpoint, dover_checkpoint, dover_options, device)
+    chosen = _split_stages(stages)
+    if chosen is None:
+        chosen = list(DEFAULT_STAGES) + (["dover"] if dover_checkpoint else []) + (["vlm"] if vlm else [])
+    try:
+        results = run_annotate(corpus, chosen, config, workers)
+    except (AnnotateConfigError, FileNotFoundError) as e:
+        print(json.dumps({"command": "annotate", "error": str(e)}))
+        return 2
+    summary = summarize(corpus, chosen, results)
+    print(summary["accounting"]["line"], file=sys.stderr)
+    print(json.dumps(summary, indent=1))
+    return 0
