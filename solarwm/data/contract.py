@@ -159,7 +159,7 @@ def update_meta(folder: str | Path, fn: Callable[[dict[str, Any]], None]) -> dic
     tmp = folder / f".meta.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
     tmp.replace(folder / "meta.json")
-    if "caption" in doc:
+    if isinstance(doc.get("caption"), str):  # a mistyped caption is the policy's to reject, not ours to crash on
         prompt = folder / "prompt.txt"
         text = doc["caption"].strip() + "\n"
         if not prompt.exists() or prompt.read_text() != text:

@@ -1,0 +1,111 @@
+"""Columnar inputs and outputs of the policy engine: meta.json records, metrics and tiers parquet."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from solarwm.data.policy.spec import BOOL, COLUMNS, NUMBER, STR_LIST, TEXT
+
+# Arrow type of each column kind when a table is built from records.
+_ARROW_TYPES = {NUMBER: pa.float64(), BOOL: pa.bool_(), TEXT: pa.string(), STR_LIST: pa.list_(pa.string())}
+
+TIERS_SCHEMA = pa.schema([
+    ("clip_id", pa.string()), ("owner", pa.string()), ("tier", pa.string()), ("reasons", pa.list_(pa.string())),
+])
+
+
+def flatten_meta(doc: dict[str, Any]) -> dict[str, Any]:
+    """One clip's meta.json document -> flat record keyed like the policy columns.
+
+    ``meta.{num_frames,width,height}`` and ``caption`` keep their leaf names, every ``metrics``
+    key is kept as is, ``provenance.lineage.*`` becomes ``lineage.*`` and ``provenance.owner``
+    becomes ``owner``. Absent values stay absent (the engine fails them closed).
+    """
+    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    provenance = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
+    lineage = provenance.get("lineage") if isinstance(provenance.get("lineage"), dict) else {}
+    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
+    record: dict[str, Any] = {"clip_id": doc.get("clip_id"), "owner": provenance.get("owner")}
+    for key in ("num_frames", "width", "height"):
+        if key in meta:
+            record[key] = meta[key]
+    if "caption" in doc:
+        record["caption"] = doc["caption"]
+    record.update(metrics)
+    record.update({f"lineage.{key}": value for key, value in lineage.items()})
+    return record
+
+
+def _coerce(kind: str, value: Any) -> tuple[Any, str | None]:
+    """Return (value for Arrow or None, error text or None) for one JSON value of a column kind."""
+    if value is None:
+        return None, None
+    if kind == NUMBER:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None, f"not numeric ({type(value).__name__})"
+        try:
+            return float(value), None
+        except OverflowError:  # an int beyond float64 range
+            return None, "not finite"
+    if kind == BOOL:
+        return (value, None) if isinstance(value, bool) else (None, f"not bool ({type(value).__name__})")
+    if kind == TEXT:
+        return (value, None) if isinstance(value, str) else (None, f"not text ({type(value).__name__})")
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value, None
+    return None, "not a list of strings"
+
+
+def records_to_table(records: list[dict[str, Any]]) -> tuple[pa.Table, dict[str, dict[int, str]]]:
+    """Flat records -> (table of `clip_id`, `owner` and every vocabulary column, per-row type errors).
+
+    A value of the wrong kind becomes null in the table and an entry ``{column: {row: reason}}``
+    in the returned errors, which :func:`solarwm.data.policy.engine.evaluate` turns into a failed
+    gate naming the column. A vocabulary column no record has is left out (so it reads as missing).
+    """
+    def text(key: str) -> pa.Array:
+        return pa.array([r.get(key) if isinstance(r.get(key), str) else None for r in records], pa.string())
+
+    data: dict[str, pa.Array] = {"clip_id": text("clip_id"), "owner": text("owner")}
+    errors: dict[str, dict[int, str]] = {}
+    for name, kind in COLUMNS.items():
+        if not any(name in r for r in records):
+            continue
+        values = []
+        for row, record in enumerate(records):
+            value, error = _coerce(kind, record.get(name))
+            if error is not None:
+                errors.setdefault(name, {})[row] = error
+            values.append(value)
+        data[name] = pa.array(values, _ARROW_TYPES[kind])
+    return pa.table(data), errors
+
+
+def read_metrics_table(path: str | Path) -> pa.Table:
+    """Read a metrics parquet (one row per clip: `clip_id`, `owner` and policy columns)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: metrics table not found")
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise ValueError(f"{path}: cannot read metrics parquet: {err}") from err
+
+
+def write_tiers(table: pa.Table, path: str | Path) -> Path:
+    """Write the engine's tiers table (`clip_id`, `owner`, `tier`, `reasons`) to parquet atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table.select(TIERS_SCHEMA.names).cast(TIERS_SCHEMA), tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
