@@ -119,3 +119,17 @@ def test_inspect_lists_broken_and_passes_rest(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["valid"] == 2
     assert main(["data", "inspect", str(folders[0])]) == 0
     assert len(iter_clip_dirs(tmp_path)) == 4
+
+
+def test_video_encoding_is_reproducible_across_processes(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, hashlib, sys; from solarwm.data.video import encode_video_bytes;"
+        "junk = np.empty(int(sys.argv[1]) * 1000);"
+        "f = (np.random.default_rng(0).random((9, 48, 64, 3)) * 255).astype(np.uint8);"
+        "print(hashlib.sha256(encode_video_bytes(f, 16)).hexdigest())"
+    )
+    digests = {subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, check=True).stdout for n in (1, 777)}
+    assert len(digests) == 1

@@ -16,6 +16,26 @@ class VideoError(ValueError):
     """A video could not be decoded or encoded; the message names the file."""
 
 
+def rgb_to_yuv420p(frame: np.ndarray) -> np.ndarray:
+    """RGB uint8 ``[H, W, 3]`` → planar yuv420p ``[H·3/2, W]`` (BT.601, limited range).
+
+    Done in numpy because swscale's RGB→YUV path gave different bytes for the same frames
+    across processes; this makes encoded mp4 files reproducible for a seed.
+    """
+    rgb = frame.astype(np.float32) / 255.0
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    y = 16.0 + 65.481 * r + 128.553 * g + 24.966 * b
+    cb = 128.0 - 37.797 * r - 74.203 * g + 112.0 * b
+    cr = 128.0 + 112.0 * r - 93.786 * g - 18.214 * b
+    h, w = y.shape
+
+    def half(c: np.ndarray) -> np.ndarray:
+        return c.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3)).reshape(h // 4, w)
+
+    planes = [y, half(cb), half(cr)]
+    return np.clip(np.rint(np.concatenate(planes, axis=0)), 0, 255).astype(np.uint8)
+
+
 def _encode(container: Any, frames: np.ndarray, fps: float, crf: int) -> None:
     stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
     stream.width, stream.height = frames.shape[2], frames.shape[1]
@@ -24,7 +44,7 @@ def _encode(container: Any, frames: np.ndarray, fps: float, crf: int) -> None:
     stream.options = {"crf": str(crf), "preset": "medium", "threads": "1"}
     stream.codec_context.thread_count = 1
     for frame in frames:
-        for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+        for packet in stream.encode(av.VideoFrame.from_ndarray(rgb_to_yuv420p(frame), format="yuv420p")):
             container.mux(packet)
     for packet in stream.encode():
         container.mux(packet)

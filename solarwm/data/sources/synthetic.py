@@ -1,0 +1,458 @@
+"""Procedurally rendered worlds with exact metric cameras: the embedded data source.
+
+A fresh machine has no datasets, so `solarwm data synth` renders canonical clips of owner
+``synthetic``: a random camera path (segments from `solarwm.camera.trajectory`), a textured
+world built around it (boxes kept clear of the path, many of them placed where the camera
+looks), and the ray caster of `solarwm.data.sources.render`. Poses are the exact c2w the
+pixels were rendered from (OpenCV axes, metres) and K is the exact pinhole in pixels, so no
+conversion is recorded. Every random choice of clip ``i`` comes from ``seed`` and ``i`` only,
+so a corpus is reproducible and a rerun skips what is already written.
+
+``bad_fraction`` adds deliberately broken clips (label in ``provenance.defect``) so every
+rejection path of the data engine can be exercised on real files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from solarwm.camera import trajectory as T
+from solarwm.data.sources.render import RENDERER_VERSION, Material, Scene, render_views
+
+OWNER = "synthetic"
+DEFECTS = ("static_camera", "near_black", "count_mismatch", "nan_pose", "fov_out_of_range", "scene_cut")
+
+# Named colours so captions can say what the pixels show.
+GROUND_COLOURS = {
+    "grey": (0.55, 0.55, 0.55), "sand": (0.80, 0.70, 0.50), "grass green": (0.30, 0.55, 0.25),
+    "earth brown": (0.50, 0.38, 0.25), "slate": (0.35, 0.40, 0.45), "cream": (0.90, 0.87, 0.78),
+    "dark grey": (0.25, 0.25, 0.27), "terracotta": (0.72, 0.40, 0.28),
+}
+OBJECT_COLOURS = {
+    "red": (0.80, 0.15, 0.12), "orange": (0.95, 0.55, 0.10), "yellow": (0.92, 0.85, 0.20),
+    "green": (0.20, 0.65, 0.25), "teal": (0.10, 0.60, 0.60), "blue": (0.15, 0.30, 0.85),
+    "purple": (0.50, 0.25, 0.70), "pink": (0.95, 0.55, 0.70), "white": (0.92, 0.92, 0.90),
+    "black": (0.08, 0.08, 0.09), "brown": (0.45, 0.30, 0.18), "grey": (0.55, 0.55, 0.55),
+}
+WALL_COLOURS = {
+    "brick red": (0.65, 0.28, 0.20), "beige": (0.82, 0.75, 0.60), "concrete grey": (0.60, 0.60, 0.58),
+    "white": (0.90, 0.90, 0.88), "ochre": (0.80, 0.60, 0.25), "blue-grey": (0.45, 0.52, 0.62),
+}
+# (name, zenith, horizon, sun disk, ambient, sun strength)
+SKIES = (
+    ("a clear blue sky", (0.20, 0.42, 0.85), (0.72, 0.84, 0.95), True, 0.35, 1.0),
+    ("a pale hazy sky", (0.55, 0.65, 0.80), (0.85, 0.87, 0.88), True, 0.45, 0.8),
+    ("an orange dusk sky", (0.30, 0.30, 0.55), (0.95, 0.60, 0.35), True, 0.30, 0.9),
+    ("an overcast grey sky", (0.55, 0.57, 0.60), (0.75, 0.76, 0.78), False, 0.70, 0.35),
+)
+PATTERN_WORDS = {
+    "checker": "checkerboard", "stripes": "striped", "bricks": "brick-patterned",
+    "noise": "mottled", "solid": "plain",
+}
+
+
+def _pick(rng: np.random.Generator, table: dict) -> tuple[str, tuple[float, float, float]]:
+    name = list(table)[int(rng.integers(len(table)))]
+    jitter = rng.uniform(-0.04, 0.04, 3)
+    return name, tuple(float(c) for c in np.clip(np.asarray(table[name]) + jitter, 0.0, 1.0))
+
+
+def _material(rng: np.random.Generator, kinds: tuple[str, ...], table: dict, scale: tuple[float, float]) -> Material:
+    kind = kinds[int(rng.integers(len(kinds)))]
+    name_a, a = _pick(rng, table)
+    name_b, b = _pick(rng, OBJECT_COLOURS if kind == "stripes" else table)
+    if name_b == name_a:  # keep the pattern visible
+        b = tuple(float(c) for c in np.clip(np.asarray(a) * 0.55, 0, 1))
+        name_b = f"dark {name_a}"
+    if kind == "bricks":
+        b = (0.80, 0.78, 0.72)  # mortar
+        name_b = "mortar"
+    return Material(kind=kind, color_a=a, color_b=b, scale=float(rng.uniform(*scale)),
+                    name_a=name_a, name_b=name_b, angle=float(rng.choice([0.0, math.pi / 2, math.pi / 4])),
+                    seed=int(rng.integers(1 << 30)))
+
+
+def _box_distance(points: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Euclidean distance from points [M, 3] to one axis-aligned box."""
+    return np.linalg.norm(np.maximum(np.maximum(lo - points, 0.0), points - hi), axis=-1)
+
+
+def make_scene(rng: np.random.Generator, c2w: np.ndarray | None = None, clearance: float = 0.8) -> Scene:
+    """A random textured world. Boxes stay ``clearance`` metres from every camera in c2w [N, 4, 4].
+
+    Without ``c2w`` the world is built around a camera at (0, 0, 1.5) looking along +x.
+    About half the objects are placed in front of random frames of the path, so the camera
+    looks at content; walls stand beyond the path's bounding box.
+    """
+    if c2w is None:
+        c2w = T.heading_c2w((0.0, 0.0, 1.5), 0.0, 0.0)[None]
+    pos = np.asarray(c2w, dtype=np.float64)[:, :3, 3]
+    fwd = np.asarray(c2w, dtype=np.float64)[:, :3, 2]
+
+    ground = _material(rng, ("checker", "noise", "bricks", "checker", "noise"), GROUND_COLOURS, (0.6, 2.0))
+    sky_name, zenith, horizon, sun_disk, ambient, sun_strength = SKIES[int(rng.integers(len(SKIES)))]
+    sun_elev = math.radians(rng.uniform(15, 65))
+    sun_az = rng.uniform(0, 2 * math.pi)
+    sun_dir = (math.cos(sun_elev) * math.cos(sun_az), math.cos(sun_elev) * math.sin(sun_az), math.sin(sun_elev))
+    warm = rng.uniform(0.0, 0.15)
+    sun_color = tuple(float(sun_strength * c) for c in (1.0, 1.0 - 0.5 * warm, 1.0 - warm))
+
+    lo_list: list[np.ndarray] = []
+    hi_list: list[np.ndarray] = []
+    mats: list[Material] = []
+    kinds: list[str] = []
+
+    # Walls: thin, tall boxes on some sides of the path's bounding box.
+    margin = rng.uniform(4.0, 9.0)
+    bb_lo, bb_hi = pos[:, :2].min(0) - margin, pos[:, :2].max(0) + margin
+    wall_mat = _material(rng, ("bricks", "stripes", "noise", "checker"), WALL_COLOURS, (0.8, 2.0))
+    n_walls = int(rng.integers(0, 5))
+    height = rng.uniform(2.0, 5.0)
+    for side in rng.permutation(4)[:n_walls]:
+        lo, hi = np.array([bb_lo[0], bb_lo[1], 0.0]), np.array([bb_hi[0], bb_hi[1], height])
+        axis, at_max = int(side % 2), bool(side // 2)
+        if at_max:
+            lo[axis] = bb_hi[axis]
+            hi[axis] = bb_hi[axis] + 0.5
+        else:
+            hi[axis] = bb_lo[axis]
+            lo[axis] = bb_lo[axis] - 0.5
+        lo_list.append(lo)
+        hi_list.append(hi)
+        mats.append(wall_mat)
+        kinds.append("wall")
+
+    # Objects: crates (cube-ish) and pillars (tall, thin).
+    n_crates, n_pillars = int(rng.integers(2, 9)), int(rng.integers(0, 5))
+    obj_kinds = ("checker", "stripes", "noise", "solid", "bricks", "checker", "stripes")
+    n_placed = {"crate": 0, "pillar": 0}
+    for kind in ["crate"] * n_crates + ["pillar"] * n_pillars:
+        for _ in range(20):  # rejection sampling for free space
+            if rng.random() < 0.6:
+                k = int(rng.integers(len(pos)))
+                heading = fwd[k, :2] / max(np.linalg.norm(fwd[k, :2]), 1e-6)
+                side = np.array([-heading[1], heading[0]])
+                dist = rng.uniform(2.0, 8.0)
+                centre = pos[k, :2] + heading * dist + side * rng.uniform(-0.6, 0.6) * dist
+            else:
+                centre = rng.uniform(bb_lo + 1.0, bb_hi - 1.0)
+            if kind == "crate":
+                half = rng.uniform(0.25, 0.8, 2)
+                h = rng.uniform(0.4, 1.6)
+            else:
+                half = np.full(2, rng.uniform(0.15, 0.45))
+                h = rng.uniform(2.0, 6.0)
+            lo = np.array([centre[0] - half[0], centre[1] - half[1], 0.0])
+            hi = np.array([centre[0] + half[0], centre[1] + half[1], h])
+            if _box_distance(pos, lo, hi).min() > clearance:
+                lo_list.append(lo)
+                hi_list.append(hi)
+                mats.append(_material(rng, obj_kinds, OBJECT_COLOURS, (0.2, 0.6)))
+                kinds.append(kind)
+                n_placed[kind] += 1
+                break
+
+    scene = Scene(
+        ground=ground,
+        box_lo=np.asarray(lo_list, np.float32).reshape(-1, 3),
+        box_hi=np.asarray(hi_list, np.float32).reshape(-1, 3),
+        box_material=mats,
+        box_kind=kinds,
+        sky_zenith=zenith,
+        sky_horizon=horizon,
+        sun_dir=sun_dir,
+        sun_color=sun_color,
+        ambient=ambient,
+        fog_density=float(rng.uniform(0.005, 0.05)),
+        sun_disk=sun_disk,
+        shadows=sun_disk,  # overcast light casts no hard shadows
+        meta={"sky": sky_name, "sun_elevation_deg": math.degrees(sun_elev), "walls": n_walls,
+              "wall_height": height, **{f"{k}s": v for k, v in n_placed.items()}},
+    )
+    return scene
+
+
+def _count_words(n: int, word: str) -> str:
+    names = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+    return f"{names[n] if n < len(names) else n} {word}{'' if n == 1 else 's'}"
+
+
+def _join(words: list[str]) -> str:
+    words = list(dict.fromkeys(words))  # unique, ordered
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def describe_scene(scene: Scene) -> str:
+    """A caption of the world's persistent content, generated from its parameters (20-60 words)."""
+    g = scene.ground
+    parts = [f"A rendered outdoor scene with {PATTERN_WORDS[g.kind]} {g.name_a} ground."]
+    walls = [m for m, k in zip(scene.box_material, scene.box_kind) if k == "wall"]
+    if walls:
+        w = walls[0]
+        word = {1: "One side is", 2: "Two sides are", 3: "Three sides are", 4: "It is"}[len(walls)]
+        tail = " enclosed by" if len(walls) == 4 else " bounded by"
+        parts.append(f"{word}{tail} {PATTERN_WORDS[w.kind]} {w.name_a} walls.")
+    objs = [(m, k) for m, k in zip(scene.box_material, scene.box_kind) if k in ("crate", "pillar")]
+    if objs:
+        counts = [_count_words(sum(k == kind for _, k in objs), kind) for kind in ("crate", "pillar")
+                  if any(k == kind for _, k in objs)]
+        colours = _join([m.name_a for m, _ in objs][:4])
+        patterns = _join([PATTERN_WORDS[m.kind] for m, _ in objs][:3])
+        parts.append(f"{_join(counts).capitalize()} stand around, coloured {colours}, with {patterns} textures.")
+    else:
+        parts.append("The ground is otherwise empty.")
+    light = "soft diffuse light" if not scene.sun_disk else (
+        "low sunlight casting long shadows" if scene.meta.get("sun_elevation_deg", 45) < 30
+        else "bright sunlight casting hard shadows")
+    haze = "thick haze" if scene.fog_density > 0.03 else "light haze"
+    parts.append(f"Under {scene.meta.get('sky', 'a sky')}, {light}, {haze} in the distance.")
+    return " ".join(parts)
+
+
+def sample_trajectory(
+    rng: np.random.Generator, frames: int, width: int, height: int, fps: float
+) -> T.Trajectory:
+    """A random composition of 1-3 camera segments with ``frames`` poses (world z up, metric)."""
+    steps_total = frames - 1
+    n_seg = int(min(rng.integers(1, 4), max(steps_total, 1)))
+    cuts = np.sort(rng.choice(np.arange(1, steps_total), size=n_seg - 1, replace=False)) if n_seg > 1 else []
+    lengths = np.diff(np.concatenate([[0], cuts, [steps_total]])).astype(int)
+    start_pitch = pitch = float(rng.uniform(-15.0, 0.0))
+    start_z = z = float(rng.uniform(0.8, 2.5))
+    fov_x = float(rng.uniform(45.0, 90.0))
+    start_yaw = float(rng.uniform(0.0, 360.0))
+    log_zoom = 0.0
+    segments = []
+    kinds = ("forward", "backward", "lateral", "yaw", "pitch", "orbit", "pause", "zoom", "vertical", "forward_yaw")
+    weights = np.array([3, 1.5, 2, 2, 1, 2, 0.5, 1, 0.5, 2.0])
+    for n in lengths:
+        sec = n / fps
+        kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
+        sign = float(rng.choice([-1.0, 1.0]))
+        if kind == "forward":
+            segments.append(T.forward(n, rng.uniform(0.5, 1.8) * sec))
+        elif kind == "backward":
+            segments.append(T.backward(n, rng.uniform(0.4, 1.2) * sec))
+        elif kind == "lateral":
+            segments.append(T.lateral(n, sign * rng.uniform(0.4, 1.2) * sec))
+        elif kind == "yaw":
+            segments.append(T.yaw_turn(n, sign * rng.uniform(15.0, 45.0) * sec))
+        elif kind == "pitch":
+            target = float(rng.uniform(-30.0, 10.0))
+            segments.append(T.pitch_turn(n, target - pitch))
+            pitch = target
+        elif kind == "orbit":
+            segments.append(T.orbit(n, sign * rng.uniform(15.0, 40.0) * sec, radius=rng.uniform(2.5, 6.0)))
+        elif kind == "pause":
+            segments.append(T.pause(n))
+        elif kind == "zoom":
+            target = float(rng.uniform(math.log(0.7), math.log(1.6)))
+            segments.append(T.zoom(n, math.exp(target - log_zoom)))
+            log_zoom = target
+        elif kind == "vertical":
+            target = float(rng.uniform(0.6, 3.0))
+            segments.append(T.vertical(n, target - z))
+            z = target
+        else:  # walking while turning
+            segments.append(T.Segment(n, forward=rng.uniform(0.5, 1.5) * sec, yaw=sign * rng.uniform(10, 35) * sec))
+    return T.compose_segments(
+        segments, fps=fps, width=width, height=height, fov_x_deg=fov_x,
+        start=(0.0, 0.0, start_z), start_yaw=start_yaw, start_pitch=start_pitch,
+    )
+
+
+def render_clip(scene: Scene, traj: T.Trajectory) -> np.ndarray:
+    """Render every frame of ``traj`` in ``scene`` → uint8 ``[N, H, W, 3]`` (pixel centres at j + 0.5)."""
+    return render_views(scene, traj.c2w, traj.K, traj.width, traj.height)
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    """What one corpus run renders; clip ``i`` depends only on this and ``i``."""
+
+    frames: int = 33
+    width: int = 64
+    height: int = 64
+    fps: float = 16.0
+    seed: int = 0
+
+
+def original_id(seed: int, index: int) -> str:
+    """The source-side id of clip ``index`` of world seed ``seed``."""
+    return f"world-{seed}-{index:06d}"
+
+
+def assign_defects(clips: int, bad_fraction: float, seed: int) -> dict[int, str]:
+    """Clip index → defect label for ``round(clips * bad_fraction)`` clips, deterministic in ``seed``.
+
+    Kinds are dealt round-robin in a seeded order, so every kind appears once there are
+    at least ``len(DEFECTS)`` broken clips.
+    """
+    if not 0.0 <= bad_fraction <= 1.0:
+        raise ValueError(f"bad_fraction must be in [0, 1], got {bad_fraction}")
+    rng = np.random.default_rng([seed, 0xBAD])
+    n_bad = int(round(clips * bad_fraction))
+    chosen = sorted(int(i) for i in rng.permutation(clips)[:n_bad])
+    order = rng.permutation(len(DEFECTS))
+    return {i: DEFECTS[order[j % len(DEFECTS)]] for j, i in enumerate(chosen)}
+
+
+def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[Any, dict[str, float]]:
+    """Render clip ``index`` (optionally with a deliberate ``defect``) → (Clip, timings in seconds)."""
+    from solarwm.data.contract import Clip, clip_id
+
+    rng = np.random.default_rng([spec.seed, index])
+    extra = 1 if defect == "count_mismatch" else 0
+    traj = sample_trajectory(rng, spec.frames + extra, spec.width, spec.height, spec.fps)
+    if defect == "static_camera":
+        traj = T.Trajectory(np.repeat(traj.c2w[:1], len(traj), 0), np.repeat(traj.K[:1], len(traj), 0),
+                            traj.fps, traj.width, traj.height)
+    if defect == "fov_out_of_range":
+        fov = 150.0 if rng.random() < 0.5 else 12.0
+        f = spec.width / (2.0 * math.tan(math.radians(fov) / 2.0))
+        K = traj.K.copy()
+        K[:, 0] = K[:, 1] = f
+        traj = T.Trajectory(traj.c2w, K, traj.fps, traj.width, traj.height)
+    scene = make_scene(rng, traj.c2w)
+
+    t0 = time.perf_counter()
+    render_traj = traj.slice(0, spec.frames)
+    frames = render_clip(scene, render_traj)
+    caption = describe_scene(scene)
+    if defect == "scene_cut":
+        other = make_scene(np.random.default_rng([spec.seed, index, 1]), traj.c2w)
+        half = spec.frames // 2
+        frames[half:] = render_clip(other, render_traj.slice(half, spec.frames))
+    if defect == "near_black":
+        frames = (frames.astype(np.float32) * 0.03).round().astype(np.uint8)
+    render_s = time.perf_counter() - t0
+
+    c2w, K = traj.c2w.copy(), traj.K.copy()
+    if defect == "nan_pose":
+        c2w[int(rng.integers(len(c2w))), int(rng.integers(3)), 3] = np.nan
+    provenance: dict[str, Any] = {
+        "owner": OWNER,
+        "original_id": original_id(spec.seed, index),
+        "frame_interval": [0, spec.frames],
+        "conversions": [],  # rendered directly in OpenCV axes, metric, pixel K
+        "versions": {OWNER: RENDERER_VERSION},
+    }
+    if defect is not None:
+        provenance["defect"] = defect
+    clip = Clip(
+        clip_id=clip_id(OWNER, provenance["original_id"], 0, spec.frames),
+        frames=frames, c2w=c2w, K=K, caption=caption,
+        meta={"fps": float(spec.fps), "width": spec.width, "height": spec.height, "num_frames": spec.frames},
+        provenance=provenance,
+    )
+    return clip, {"render_s": render_s}
+
+
+def _is_done(folder: Path, spec: SynthSpec, defect: str | None) -> bool:
+    """True when ``folder`` already holds this exact clip (same renderer, size, length, defect)."""
+    from solarwm.data.contract import FILES, ClipError, read_meta, validate_clip
+
+    if not all((folder / name).is_file() for name in FILES):
+        return False
+    try:
+        doc = read_meta(folder)
+    except ClipError:
+        return False
+    prov, meta = doc.get("provenance", {}), doc.get("meta", {})
+    same = (
+        prov.get("versions", {}).get(OWNER) == RENDERER_VERSION
+        and prov.get("defect") == defect
+        and prov.get("frame_interval") == [0, spec.frames]
+        and meta.get("width") == spec.width and meta.get("height") == spec.height
+        and meta.get("fps") is not None and abs(float(meta["fps"]) - spec.fps) < 1e-6
+    )
+    # Broken clips fail validation by design; their files and labels are what we check.
+    return same and (defect is not None or not validate_clip(folder))
+
+
+def _synth_one(args: tuple[SynthSpec, int, str | None, str]) -> dict[str, Any]:
+    """Render and write one clip unless it is already there; returns a per-clip record."""
+    from solarwm.data.contract import clip_id, write_clip
+
+    spec, index, defect, out = args
+    folder = Path(out) / clip_id(OWNER, original_id(spec.seed, index), 0, spec.frames)
+    if _is_done(folder, spec, defect):
+        return {"index": index, "status": "skipped", "defect": defect}
+    clip, timing = build_clip(spec, index, defect)
+    t0 = time.perf_counter()
+    write_clip(clip, out, validate=defect is None)
+    return {"index": index, "status": "written", "defect": defect,
+            "render_s": timing["render_s"], "write_s": time.perf_counter() - t0}
+
+
+def synth_corpus(
+    out: str | Path, clips: int = 16, frames: int = 33, width: int = 64, height: int = 64,
+    fps: float = 16.0, seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
+) -> dict[str, Any]:
+    """Render ``clips`` canonical clips of owner ``synthetic`` into ``out``; returns a summary dict."""
+    if clips < 0 or frames < 2:
+        raise ValueError(f"need clips >= 0 and frames >= 2, got clips={clips}, frames={frames}")
+    if width % 2 or height % 2 or width < 2 or height < 2:
+        raise ValueError(f"H.264 yuv420p needs even width and height, got {width}x{height}")
+    spec = SynthSpec(frames=frames, width=width, height=height, fps=float(fps), seed=seed)
+    defects = assign_defects(clips, bad_fraction, seed)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    jobs = [(spec, i, defects.get(i), str(out)) for i in range(clips)]
+    t0 = time.perf_counter()
+    if workers > 1 and clips > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            records = list(pool.map(_synth_one, jobs, chunksize=max(1, clips // (4 * workers))))
+    else:
+        records = [_synth_one(job) for job in jobs]
+    wall = time.perf_counter() - t0
+    written = [r for r in records if r["status"] == "written"]
+    defect_counts: dict[str, int] = {}
+    for label in defects.values():
+        defect_counts[label] = defect_counts.get(label, 0) + 1
+    return {
+        "out": str(out), "owner": OWNER, "renderer": RENDERER_VERSION, "seed": seed,
+        "clips": clips, "frames": frames, "width": width, "height": height, "fps": float(fps),
+        "written": len(written), "skipped": len(records) - len(written),
+        "defects": defect_counts,
+        "wall_s": round(wall, 3),
+        "render_s": round(sum(r["render_s"] for r in written), 3),
+        "write_s": round(sum(r["write_s"] for r in written), 3),
+    }
+
+
+def _parse_size(size: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 64x64), got {size!r}") from None
+    return w, h
+
+
+def synth_command(
+    out: str, clips: int = 16, frames: int = 33, size: str = "64x64", fps: float = 16.0,
+    seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
+) -> int:
+    """Render procedurally generated worlds with exact metric cameras as canonical clips.
+
+    Args:
+        out: corpus folder; one sub-folder per clip (owner ``synthetic``).
+        clips: number of clips.
+        frames: frames per clip.
+        size: WIDTHxHEIGHT in pixels (even numbers).
+        fps: frame rate written to the videos.
+        seed: world seed; the same seed gives the same clips.
+        bad_fraction: fraction of deliberately broken clips (label in ``provenance.defect``).
+        workers: parallel worker processes.
+    """
+    width, height = _parse_size(size)
+    summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers)
+    print(json.dumps(summary, sort_keys=True))
+    return 0
