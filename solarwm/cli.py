@@ -37,8 +37,15 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def _required_as_flags(fn: Callable, args: list[str]) -> list[str]:
-    """Let required parameters be given as ``--name value`` too (jsonargparse makes them positional)."""
+def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
+    """Accept ``--kebab-case`` options, and required parameters as ``--name value`` too.
+
+    jsonargparse names options after the Python parameters (``--bad_fraction``) and makes
+    parameters without a default positional; the documented commands use ``--bad-fraction``
+    and ``--corpus DIR``.
+    """
+    args = [a.split("=", 1)[0].replace("-", "_").replace("__", "--", 1) + a[len(a.split("=", 1)[0]):]
+            if a.startswith("--") else a for a in args]
     required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
     given: dict[str, str] = {}
     rest: list[str] = []
@@ -69,7 +76,7 @@ def data_main(argv: Sequence[str]) -> int:
     if verb == "inspect" and rest and not rest[0].startswith("-"):
         rest = ["--path", rest[0]] + rest[1:]  # `inspect PATH` reads naturally as a positional
     fn = _load(DATA_VERBS[verb][0])
-    result = CLI(fn, args=_required_as_flags(fn, rest), prog=f"solarwm data {verb}")
+    result = CLI(fn, args=_normalise_args(fn, rest), prog=f"solarwm data {verb}")
     return int(result or 0)
 
 

@@ -99,8 +99,10 @@ def _tar_size(members: dict[str, bytes]) -> int:
 
 def _sample_members(clip_dir: Path, meta: dict, key: str) -> dict[str, bytes]:
     """Encode one clip as its tar members, keyed by extension (``video.mp4``, ``camera.npz``, ...)."""
-    clip = read_clip(clip_dir, load_video=False, validate=True)
     selection = meta.get("selection") or {}
+    # Rejected clips are released as they are (a NaN pose is their rejection reason); kept
+    # clips must satisfy the contract.
+    clip = read_clip(clip_dir, load_video=False, validate=selection.get("tier") != "rejected")
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "sample_id": meta["clip_id"],
