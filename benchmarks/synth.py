@@ -13,12 +13,8 @@ import json
 import os
 import sys
 
-# `python benchmarks/synth.py` puts benchmarks/ first on sys.path, where sibling scripts
-# (e.g. select.py) would shadow standard-library modules used by concurrent.futures.
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import tempfile
+import time
 
 from solarwm.data.sources.synthetic import _parse_size, synth_corpus
 

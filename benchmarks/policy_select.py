@@ -1,6 +1,6 @@
 """Benchmark `solarwm data select`'s engine on 1.43 million synthetic metric rows over the 14 owners.
 
-    python benchmarks/select.py [--rows 1430000] [--repeats 3] [--seed 0]
+    python benchmarks/policy_select.py [--rows 1430000] [--repeats 3] [--seed 0]
 
 Prints the generation time and, separately, the evaluation time and rows/s (best of the repeats),
 plus the engine on a tenth of the rows to show how it scales, and the tier counts. CPU time is
@@ -14,15 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-# This script shares its name with the stdlib module `select`; drop its own folder from the import
-# path so that `import select` (pulled in by socket, via pyarrow) finds the real module.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-
-from solarwm.data.policy import OWNERS, evaluate, load_policy  # noqa: E402
+from solarwm.data.policy import OWNERS, evaluate, load_policy
 
 POLICY = Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml"
 TABLE3_OWNERS = [o for o in OWNERS if o != "synthetic"]
