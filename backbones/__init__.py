@@ -1,0 +1,5 @@
+"""Backbone adapters: one module per route, all speaking ``solarwm.backbones.base.BackboneAdapter``."""
+
+from solarwm.backbones.base import ROUTES, AdapterError, BackboneAdapter, load_adapter, route_class
+
+__all__ = ["ROUTES", "AdapterError", "BackboneAdapter", "load_adapter", "route_class"]

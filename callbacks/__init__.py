@@ -1,0 +1,7 @@
+"""Training callbacks: eval videos, EMA, adapter export."""
+
+from solarwm.callbacks.ema import EMA, find_ema, maybe_ema
+from solarwm.callbacks.export import AdapterExport
+from solarwm.callbacks.video_logger import EvalVideoLogger, gif_image_summary
+
+__all__ = ["EMA", "AdapterExport", "EvalVideoLogger", "find_ema", "gif_image_summary", "maybe_ema"]

@@ -1,0 +1,314 @@
+"""The backbone adapter contract: what every stage may ask of a route (paper §4, §6).
+
+A *route* (``wan22_ti2v_5b``, ``wan22_i2v_14b``, ``ltx25``, ``minimax_h3``) wraps the diffusers
+transformer and codec of one backbone and exposes, in the route's *native* terms:
+
+* latent geometry: ``temporal_compression``, ``spatial_compression``, ``latent_channels``,
+  ``patch_size``, ``valid_num_frames(F)``, ``latent_frames(F)``, ``latent_to_pixel_frame(f)``;
+* ``encode(video) -> latents`` / ``decode(latents) -> video`` (video ``[B, 3, F, H, W]`` in [-1, 1]);
+* ``prepare_conditions(batch) -> cond``: text features, per-latent-frame cameras, route extras;
+* the native objective: ``sample_sigmas``, ``noisy_input``, ``target``, ``loss_mask``, ``timestep_scale``;
+* ``forward(x_t, sigma_per_frame, cond, attn_mask=None) -> prediction`` in the native target space;
+* export: ``save_adapter(dir)`` / ``BackboneAdapter.load_adapter(dir)``.
+
+Stages (``solarwm.stages``) speak only this contract and never import a route module.
+
+The batch a stage receives from a datamodule is a dict with
+``video`` float32 ``[B, 3, F, H, W]`` in [-1, 1]; ``c2w`` float32 ``[B, F, 4, 4]`` (OpenCV, metric);
+``K`` float32 ``[B, F, 4]`` (fx, fy, cx, cy) in pixels of ``video``; ``caption`` list[str];
+``sample_id`` list[str]; optional ``text_embeds`` ``[B, L, D]`` + ``text_mask`` bool ``[B, L]``;
+optional ``latents`` ``[B, C, f, h, w]`` (cached latents: ``encode`` is skipped).
+
+Export layout written by ``save_adapter(dir)``::
+
+    dir/adapter.json         {"schema": "solarwm.adapter/1", "route": ..., "config": {...}}
+    dir/transformer/         diffusers save_pretrained (safetensors)
+    dir/camera.safetensors   camera weights (``camera_state_dict()``; may be empty)
+    dir/<extra>/             route-specific frozen parts needed to rebuild (e.g. ``vae/``)
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from solarwm.stages.objectives import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
+
+ADAPTER_SCHEMA = "solarwm.adapter/1"
+
+#: Route name -> "module:Class". Resolved lazily so that listing routes imports no heavy module.
+ROUTES: dict[str, str] = {
+    "wan22_ti2v_5b": "solarwm.backbones.wan22_ti2v_5b:Wan22TI2V5BAdapter",
+}
+
+
+class AdapterError(RuntimeError):
+    """A backbone adapter could not be built, loaded or called; the message names the path/check."""
+
+
+def register_route(name: str, target: str) -> None:
+    """Register a route name -> ``"module:Class"`` (for routes living outside this package)."""
+    ROUTES[name] = target
+
+
+def route_class(name: str) -> type["BackboneAdapter"]:
+    """Resolve a route name to its adapter class (imports the route module on first use)."""
+    if name not in ROUTES:
+        raise AdapterError(f"unknown backbone route {name!r}; known routes: {sorted(ROUTES)}")
+    module_name, _, class_name = ROUTES[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, BackboneAdapter)):
+        raise AdapterError(f"route {name!r} resolves to {ROUTES[name]}, which is not a BackboneAdapter")
+    return cls
+
+
+def read_adapter_json(directory: str | Path) -> dict[str, Any]:
+    """Read and check ``dir/adapter.json``; raises ``AdapterError`` naming the path on any problem."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise AdapterError(f"adapter export folder not found: {directory}")
+    meta_path = directory / "adapter.json"
+    if not meta_path.is_file():
+        raise AdapterError(f"{meta_path} missing: {directory} is not a SolarWM adapter export")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as e:
+        raise AdapterError(f"{meta_path} is not valid JSON: {e}") from e
+    if meta.get("schema") != ADAPTER_SCHEMA or "route" not in meta or "config" not in meta:
+        raise AdapterError(f"{meta_path}: expected schema {ADAPTER_SCHEMA!r} with 'route' and 'config'")
+    return meta
+
+
+def load_adapter(directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
+    """Rebuild the adapter exported in ``directory`` whatever its route (see ``save_adapter``)."""
+    meta = read_adapter_json(directory)
+    return route_class(meta["route"]).load_adapter(directory, **kwargs)
+
+
+class BackboneAdapter(torch.nn.Module, abc.ABC):
+    """Abstract adapter around one route's diffusers transformer + codec (see module docstring).
+
+    Subclasses set the class attributes below, build ``self.transformer`` (a diffusers ``ModelMixin``)
+    in ``__init__`` and implement the abstract methods. Frozen parts (codec/VAE, text encoder) must have
+    ``requires_grad=False``; ``trainable_parameters()`` then yields exactly what a stage optimises.
+    """
+
+    #: Route name as in ``ROUTES`` and in ``adapter.json``.
+    route: ClassVar[str] = ""
+    #: Dataclass type of the route config; must be JSON-serialisable through ``dataclasses.asdict``.
+    config_class: ClassVar[type]
+
+    #: Pixel frames per latent frame (after the first, which stands alone: F = t*n + 1 -> n + 1).
+    temporal_compression: int
+    #: Pixels per latent pixel along H and W.
+    spatial_compression: int
+    #: Channels C of the latents ``[B, C, f, h, w]``.
+    latent_channels: int
+    #: Latent pixels per token side (Wan: 2, i.e. one token per 2x2 latent pixels of one latent frame).
+    patch_size: int
+    #: sigma -> model timestep (Wan: 1000 * sigma).
+    timestep_scale: float = 1000.0
+    #: Flow timestep shift applied by ``sample_sigmas`` and the sampler.
+    shift: float = 1.0
+    #: Leading latent frames that are clean conditions: never noised (sigma 0), never supervised (TI2V: 1).
+    clean_latent_frames: int = 0
+
+    transformer: torch.nn.Module
+    config: Any
+
+    # ------------------------------------------------------------------ latent geometry
+    def valid_num_frames(self, num_frames: int) -> bool:
+        """True when ``num_frames`` = temporal_compression * n + 1 for some n >= 0 (Wan: 4n + 1)."""
+        return num_frames >= 1 and (num_frames - 1) % self.temporal_compression == 0
+
+    def latent_frames(self, num_frames: int) -> int:
+        """Number of latent frames f for ``num_frames`` pixel frames (raises on an invalid count)."""
+        if not self.valid_num_frames(num_frames):
+            raise AdapterError(
+                f"{self.route}: {num_frames} frames is not a valid clip length "
+                f"(needs {self.temporal_compression}*n + 1)"
+            )
+        return (num_frames - 1) // self.temporal_compression + 1
+
+    def latent_to_pixel_frame(self, num_latent_frames: int) -> torch.Tensor:
+        """LongTensor ``[f]``: the pixel frame each latent frame stands for (latent i <- frame t*i)."""
+        return torch.arange(num_latent_frames, dtype=torch.long) * self.temporal_compression
+
+    def tokens_per_frame(self, latent_height: int, latent_width: int) -> int:
+        """Tokens one latent frame becomes after patchify (tokens are frame-major)."""
+        if latent_height % self.patch_size or latent_width % self.patch_size:
+            raise AdapterError(
+                f"{self.route}: latent size {latent_height}x{latent_width} not divisible by patch {self.patch_size}"
+            )
+        return (latent_height // self.patch_size) * (latent_width // self.patch_size)
+
+    # ------------------------------------------------------------------ codec
+    @abc.abstractmethod
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """``video [B, 3, F, H, W]`` in [-1, 1] -> normalised latents ``[B, C, f, h, w]``."""
+
+    @abc.abstractmethod
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, F, H, W]`` in [-1, 1]."""
+
+    # ------------------------------------------------------------------ conditions
+    @abc.abstractmethod
+    def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Build ``cond`` from a batch: text features, ``viewmats`` w2c ``[B, f, 4, 4]``, ``K`` ``[B, f, 4]``,
+        ``image_size`` (W, H) and route extras. See the module docstring for the batch keys."""
+
+    # ------------------------------------------------------------------ native objective
+    def sample_sigmas(
+        self, batch_size: int, generator: torch.Generator | None = None, u: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Noise levels ``[B]``: the route's shift applied to ``u`` (uniform in (0, 1) if not given)."""
+        if u is None:
+            u = torch.rand(batch_size, generator=generator, device=generator.device if generator else None)
+        if u.shape != (batch_size,):
+            raise ValueError(f"u must have shape ({batch_size},), got {tuple(u.shape)}")
+        return shift_sigmas(u, self.shift)
+
+    def noisy_input(
+        self, x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x_t [B, C, f, h, w], sigma_per_frame [B, f])`` for per-sample ``sigma [B]``.
+
+        Default: every latent frame gets the sample's sigma. Routes with a clean anchor override
+        ``clean_latent_frames`` (TI2V: 1) so those frames stay ``x0`` with sigma 0.
+        """
+        b, _, f = x0.shape[:3]
+        sigma_pf = sigma.to(x0.device, torch.float32).view(b, 1).expand(b, f).clone()
+        sigma_pf[:, : self.clean_latent_frames] = 0.0
+        x_t = flow_interpolate(x0, noise, sigma_pf.to(x0.dtype).view(b, 1, f, 1, 1))
+        return x_t, sigma_pf
+
+    def target(self, x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The native regression target; flow routes: ``noise - x0`` (velocity d x_sigma / d sigma)."""
+        return flow_velocity(x0, noise)
+
+    def loss_mask(self, x0: torch.Tensor) -> torch.Tensor:
+        """``[B, 1, f, 1, 1]`` float: 1 on supervised latent frames, 0 on clean anchor frames."""
+        b, _, f = x0.shape[:3]
+        mask = torch.ones(b, 1, f, 1, 1, device=x0.device, dtype=x0.dtype)
+        mask[:, :, : self.clean_latent_frames] = 0.0
+        return mask
+
+    def loss(
+        self,
+        prediction: torch.Tensor,
+        target: torch.Tensor,
+        mask: torch.Tensor,
+        weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Masked MSE of eq. (1) over supervised latent elements, optionally weighted per sample ``[B]``."""
+        return masked_mse(prediction, target, mask, weight)
+
+    # ------------------------------------------------------------------ model call
+    @abc.abstractmethod
+    def forward(
+        self,
+        x_t: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        cond: dict[str, Any],
+        attn_mask: torch.Tensor | None = None,
+        kv_cache: Any = None,
+    ) -> torch.Tensor:
+        """Prediction ``[B, C, f, h, w]`` in the native target space for ``x_t`` at ``sigma_per_frame [B, f]``.
+
+        ``attn_mask`` is a dense bool token mask (True = may attend) ``[N, N]`` or ``[B, 1, N, N]`` for
+        causal training; ``kv_cache`` is reserved for rollout and raises ``NotImplementedError`` if given.
+        """
+
+    # ------------------------------------------------------------------ parameters
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """Parameters a stage optimises (transformer + camera weights; frozen parts excluded)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def camera_state_dict(self) -> dict[str, torch.Tensor]:
+        """Camera-injection weights (e.g. per-head gates) by name; empty for parameter-free PRoPE."""
+        return {}
+
+    def load_camera_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load what ``camera_state_dict`` returned; raises on missing/unexpected keys."""
+        own = self.camera_state_dict()
+        if set(own) != set(state):
+            raise AdapterError(
+                f"{self.route}: camera weights mismatch: missing {sorted(set(own) - set(state))}, "
+                f"unexpected {sorted(set(state) - set(own))}"
+            )
+        with torch.no_grad():
+            for name, tensor in own.items():
+                tensor.copy_(state[name])
+
+    # ------------------------------------------------------------------ export
+    def config_dict(self) -> dict[str, Any]:
+        """The route config as plain JSON types (written to ``adapter.json``)."""
+        return dataclasses.asdict(self.config)
+
+    def _export_extra(self, directory: Path) -> None:
+        """Hook: write route-specific frozen parts needed by ``load_adapter`` (e.g. ``vae/``)."""
+
+    def save_adapter(self, directory: str | Path) -> Path:
+        """Write ``transformer/``, ``camera.safetensors`` and ``adapter.json`` atomically into ``directory``."""
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        tmp = directory.with_name(f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
+        try:
+            tmp.mkdir()
+            self.transformer.save_pretrained(tmp / "transformer", safe_serialization=True)
+            camera = {k: v.detach().cpu().contiguous() for k, v in self.camera_state_dict().items()}
+            save_file(camera, str(tmp / "camera.safetensors"))
+            self._export_extra(tmp)
+            meta = {"schema": ADAPTER_SCHEMA, "route": self.route, "config": self.config_dict()}
+            (tmp / "adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            old = None
+            if directory.exists():
+                old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
+                directory.rename(old)
+            tmp.rename(directory)
+            if old is not None:
+                shutil.rmtree(old)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+        return directory
+
+    @classmethod
+    def from_export(cls, directory: Path, config: Any, **kwargs: Any) -> "BackboneAdapter":
+        """Hook: build an adapter of this route from an export folder and its parsed config.
+
+        Default: ``cls(config=config, pretrained_path=directory, **kwargs)`` — the export folder has the
+        same ``transformer/`` (+ ``vae/``) layout as a diffusers checkpoint folder.
+        """
+        return cls(config=config, pretrained_path=str(directory), **kwargs)
+
+    @classmethod
+    def load_adapter(cls, directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
+        """Rebuild an identical adapter from ``save_adapter`` output; errors name the folder and the check."""
+        directory = Path(directory)
+        meta = read_adapter_json(directory)
+        if cls is BackboneAdapter:
+            return route_class(meta["route"]).load_adapter(directory, **kwargs)
+        if meta["route"] != cls.route:
+            raise AdapterError(
+                f"{directory} holds an adapter of route {meta['route']!r}, not {cls.route!r} ({cls.__name__})"
+            )
+        try:
+            config = cls.config_class(**meta["config"])
+        except TypeError as e:
+            raise AdapterError(f"{directory / 'adapter.json'}: config does not match {cls.config_class.__name__}: {e}") from e
+        camera_path = directory / "camera.safetensors"
+        if not camera_path.is_file():
+            raise AdapterError(f"{camera_path} missing in adapter export {directory}")
+        adapter = cls.from_export(directory, config, **kwargs)
+        adapter.load_camera_state_dict(load_file(str(camera_path)))
+        return adapter

@@ -1,0 +1,99 @@
+"""Video codecs a route can pair its transformer with: the real Wan VAE or a lossless patchify codec.
+
+Both map ``video [B, 3, F, H, W]`` in [-1, 1] with ``F = t*n + 1`` to latents ``[B, C, n + 1, H/s, W/s]``
+with the first frame encoded alone (Wan's causal temporal rule), so latent frame ``i`` stands for pixel
+frame ``t*i`` and ``latent_to_pixel_frame`` is the same for either codec.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class CodecError(ValueError):
+    """A video/latent tensor does not fit the codec's geometry (the message names the check)."""
+
+
+def _check_video(video: torch.Tensor, temporal: int, spatial: int, who: str) -> None:
+    if video.dim() != 5 or video.shape[1] != 3:
+        raise CodecError(f"{who}: video must be [B, 3, F, H, W], got {tuple(video.shape)}")
+    frames, height, width = video.shape[2:]
+    if (frames - 1) % temporal:
+        raise CodecError(f"{who}: {frames} frames is not {temporal}*n + 1")
+    if height % spatial or width % spatial:
+        raise CodecError(f"{who}: frame size {height}x{width} not divisible by {spatial}")
+
+
+class PatchifyCodec(torch.nn.Module):
+    """Lossless space/time-to-depth codec for the embedded (CPU) default; no weights.
+
+    Latent frame 0 holds the first frame repeated ``temporal`` times; latent ``i >= 1`` holds frames
+    ``t*(i-1)+1 .. t*i``. Each ``s x s`` pixel block of those ``t`` frames becomes ``3*t*s*s`` channels
+    ordered (rgb, time, dy, dx). ``decode(encode(x)) == x`` exactly: the repeated first frame is
+    averaged with a power-of-two pairwise sum, which is exact for identical copies.
+    """
+
+    def __init__(self, spatial: int = 4, temporal: int = 4) -> None:
+        super().__init__()
+        self.spatial_compression = spatial
+        self.temporal_compression = temporal
+        self.latent_channels = 3 * temporal * spatial * spatial
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """``video [B, 3, F, H, W]`` -> ``[B, 3*t*s*s, (F-1)/t + 1, H/s, W/s]``."""
+        t, s = self.temporal_compression, self.spatial_compression
+        _check_video(video, t, s, "PatchifyCodec.encode")
+        b, c, _, height, width = video.shape
+        x = torch.cat([video[:, :, :1].expand(b, c, t, height, width), video[:, :, 1:]], dim=2)
+        f = x.shape[2] // t
+        x = x.reshape(b, c, f, t, height // s, s, width // s, s)
+        x = x.permute(0, 1, 3, 5, 7, 2, 4, 6)  # b, c, t, dy, dx, f, h, w
+        return x.reshape(b, self.latent_channels, f, height // s, width // s)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Exact inverse of ``encode``: ``[B, 3*t*s*s, f, h, w]`` -> ``[B, 3, t*(f-1) + 1, h*s, w*s]``."""
+        t, s = self.temporal_compression, self.spatial_compression
+        if latents.dim() != 5 or latents.shape[1] != self.latent_channels:
+            raise CodecError(
+                f"PatchifyCodec.decode: latents must be [B, {self.latent_channels}, f, h, w], got {tuple(latents.shape)}"
+            )
+        b, _, f, h, w = latents.shape
+        x = latents.reshape(b, 3, t, s, s, f, h, w).permute(0, 1, 5, 2, 6, 3, 7, 4)  # b, c, f, t, h, dy, w, dx
+        x = x.reshape(b, 3, f, t, h * s, w * s)
+        first = x[:, :, 0]  # [B, 3, t, H, W]: the repeated first frame
+        while first.shape[2] > 1 and first.shape[2] % 2 == 0:
+            first = first[:, :, 0::2] + first[:, :, 1::2]
+        first = first.sum(dim=2, keepdim=True) / t
+        rest = x[:, :, 1:].reshape(b, 3, (f - 1) * t, h * s, w * s)
+        return torch.cat([first, rest], dim=2)
+
+
+class WanVAECodec(torch.nn.Module):
+    """diffusers ``AutoencoderKLWan`` with the VAE config's ``latents_mean``/``latents_std`` normalisation.
+
+    Encoding takes the posterior mode (``latent_dist.mode()``, as the Wan pipelines do for conditions):
+    deterministic, so cached latents and on-the-fly latents agree. Normalised latents are
+    ``(z - mean) / std`` per channel, as in ``WanPipeline`` / ``WanImageToVideoPipeline``.
+    """
+
+    def __init__(self, vae: torch.nn.Module) -> None:
+        super().__init__()
+        self.vae = vae
+        cfg = vae.config
+        self.temporal_compression = int(cfg.scale_factor_temporal)
+        self.spatial_compression = int(cfg.scale_factor_spatial)
+        self.latent_channels = int(cfg.z_dim)
+        shape = (1, cfg.z_dim, 1, 1, 1)
+        self.register_buffer("latents_mean", torch.tensor(cfg.latents_mean, dtype=torch.float32).view(shape), persistent=False)
+        self.register_buffer("latents_std", torch.tensor(cfg.latents_std, dtype=torch.float32).view(shape), persistent=False)
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """``video [B, 3, F, H, W]`` in [-1, 1] -> normalised latents ``[B, z_dim, (F-1)/4 + 1, H/16, W/16]``."""
+        _check_video(video, self.temporal_compression, self.spatial_compression, "WanVAECodec.encode")
+        z = self.vae.encode(video.to(self.vae.dtype)).latent_dist.mode().float()
+        return (z - self.latents_mean) / self.latents_std
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised latents ``[B, z_dim, f, h, w]`` -> ``video [B, 3, 4(f-1) + 1, 16h, 16w]`` in [-1, 1]."""
+        z = latents.float() * self.latents_std + self.latents_mean
+        return self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0].float().clamp(-1.0, 1.0)

@@ -1,0 +1,439 @@
+"""Route ``wan22_ti2v_5b``: SolarWM-wan2.2-5B on diffusers' Wan2.2 TI2V-5B (paper §6.2, Table 4).
+
+The TI2V member of the family keeps Wan2.2's native interface: a clip is one 48-channel Wan2.2 VAE
+latent (4x temporal, 16x spatial, the first frame encoded alone), there is no separate image tensor
+``y``; the first latent frame is the clean image anchor (sigma 0, hence per-token timestep 0 on its
+tokens, exactly like diffusers' ``expand_timesteps`` TI2V path) and is excluded from the loss; the
+other latents are denoised under the camera condition.
+
+Objective (rectified flow, as Wan): ``x_sigma = (1 - sigma) x0 + sigma eps``, target
+``u = eps - x0``, model timestep ``1000 * sigma``, timestep shift ``config.shift`` (Wan: 5.0 for the
+5B model at 720p).
+
+Camera: ``PRoPEWanAttnProcessor`` is set on every self-attention (``attn1``) of the unmodified
+diffusers ``WanTransformer3DModel``. It does WanAttnProcessor's math (q/k/v projections, RMS q/k norm,
+Wan 3D RoPE) and then ``solarwm.kernels.prope.prope_attention`` on ``config.camera_head_dims``
+(default: all head dims) with the camera of each token's latent frame. Cross-attention is untouched.
+Fused-PRoPE is parameter-free, so ``camera_state_dict()`` is empty for this route.
+
+Cameras travel with Wan's rotary embedding: a forward hook on ``transformer.rope`` attaches the
+current call's cameras to the (cos, sin) tuple the model hands to every block. This keeps them
+correct under gradient checkpointing (the recomputation receives the same tuple) without forking
+the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from diffusers import AutoencoderKLWan, WanTransformer3DModel
+
+from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.backbones.codecs import PatchifyCodec, WanVAECodec
+from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder, zero_padding
+from solarwm.camera.se3 import se3_inverse
+from solarwm.kernels.prope import prope_attention
+
+#: Wan2.2 VAE (``Wan-AI/Wan2.2-TI2V-5B-Diffusers/vae/config.json``; diffusers ``convert_wan_to_diffusers``).
+WAN22_VAE_CONFIG: dict[str, Any] = {
+    "base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "is_residual": True,
+    "in_channels": 12, "out_channels": 12, "patch_size": 2,
+    "scale_factor_temporal": 4, "scale_factor_spatial": 16,
+    "latents_mean": [
+        -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557, -0.1382, 0.0542, 0.2813, 0.0891,
+        0.1570, -0.0098, 0.0375, -0.1825, -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,
+        -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.1230, -0.0313, -0.1649, 0.0117, 0.0723,
+        -0.2839, -0.2083, -0.0520, 0.3748, 0.0152, 0.1957, 0.1433, -0.2944, 0.3573, -0.0548, -0.1681, -0.0667,
+    ],
+    "latents_std": [
+        0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.4990, 0.4818, 0.5013, 0.8158, 1.0344, 0.5894, 1.0901,
+        0.6885, 0.6165, 0.8454, 0.4978, 0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+        0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944,
+        0.5726, 1.2042, 0.5458, 1.6887, 0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
+    ],
+}
+
+#: Same AutoencoderKLWan class and Wan2.2 geometry (residual, patch 2, 4x/16x), a few hundred k params.
+TINY_WAN_VAE_CONFIG: dict[str, Any] = {
+    "base_dim": 8, "decoder_base_dim": 8, "z_dim": 16, "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1,
+    "temperal_downsample": [False, True, True], "is_residual": True, "in_channels": 12, "out_channels": 12,
+    "patch_size": 2, "scale_factor_temporal": 4, "scale_factor_spatial": 16,
+    "latents_mean": [0.0] * 16, "latents_std": [1.0] * 16,
+}
+
+VAE_CONFIGS = {"wan2.2": WAN22_VAE_CONFIG, "tiny": TINY_WAN_VAE_CONFIG}
+
+
+@dataclass
+class Wan22TI2V5BConfig:
+    """Config of the route; ``published()`` is Wan2.2-TI2V-5B, ``tiny()`` the same classes for a CPU."""
+
+    num_layers: int = 2
+    num_attention_heads: int = 2
+    attention_head_dim: int = 32
+    ffn_dim: int = 128
+    text_dim: int = 32
+    freq_dim: int = 32
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    rope_max_seq_len: int = 1024
+    #: ``patchify``: lossless space/time-to-depth (embedded default); ``wan_vae``: AutoencoderKLWan.
+    codec: Literal["wan_vae", "patchify"] = "patchify"
+    #: Spatial factor of the patchify codec (64x64 video -> 16x16 latents -> 8x8 tokens per frame).
+    patchify_spatial: int = 4
+    #: AutoencoderKLWan config used when no ``pretrained_path`` gives ``vae/``: ``wan2.2`` or ``tiny``.
+    vae_config: Literal["wan2.2", "tiny"] = "tiny"
+    #: ``hashing``: HashingTextEncoder; ``umt5``: UMT5 from ``text_encoder_path`` (or pretrained_path);
+    #: ``none``: batches must carry precomputed ``text_embeds``.
+    text_encoder: Literal["hashing", "umt5", "none"] = "hashing"
+    text_encoder_path: str | None = None
+    text_max_length: int = 16
+    #: Flow timestep shift (Wan: 5.0 for the 5B model at 720p; smaller for small frames).
+    shift: float = 3.0
+    #: ``(start, stop)`` head dims that get PRoPE; ``None`` = all dims of every head.
+    camera_head_dims: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        # JSON round trips turn tuples into lists.
+        self.patch_size = tuple(self.patch_size)
+        if self.camera_head_dims is not None:
+            self.camera_head_dims = tuple(self.camera_head_dims)
+
+    @classmethod
+    def tiny(cls) -> "Wan22TI2V5BConfig":
+        """2 layers, 2 heads x 32, ffn 128, text_dim 32, patchify codec, hashing text: trains on a CPU."""
+        return cls()
+
+    @classmethod
+    def published(cls) -> "Wan22TI2V5BConfig":
+        """Wan2.2-TI2V-5B: 30 layers, 24 heads x 128, ffn 14336, 48 latent channels, UMT5 (4096-d) text."""
+        return cls(
+            num_layers=30, num_attention_heads=24, attention_head_dim=128, ffn_dim=14336, text_dim=4096,
+            freq_dim=256, codec="wan_vae", vae_config="wan2.2", text_encoder="umt5", text_max_length=512,
+            shift=5.0,
+        )
+
+    def transformer_kwargs(self, in_channels: int) -> dict[str, Any]:
+        """Keyword arguments of ``WanTransformer3DModel`` for this config."""
+        return dict(
+            patch_size=self.patch_size, num_attention_heads=self.num_attention_heads,
+            attention_head_dim=self.attention_head_dim, in_channels=in_channels, out_channels=in_channels,
+            text_dim=self.text_dim, freq_dim=self.freq_dim, ffn_dim=self.ffn_dim, num_layers=self.num_layers,
+            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None,
+            added_kv_proj_dim=None, rope_max_seq_len=self.rope_max_seq_len,
+        )
+
+
+@dataclass
+class CameraCondition:
+    """One forward call's camera state, carried to every self-attention with Wan's rotary embedding."""
+
+    viewmats: torch.Tensor  # w2c per latent frame [B, f, 4, 4]
+    K: torch.Tensor  # pixel intrinsics per latent frame [B, f, 4]
+    image_size: tuple[int, int]  # (W, H) of the pixels K refers to
+    attn_mask: torch.Tensor | None = None  # dense bool token mask, True = may attend
+
+
+class CameraRotary(tuple):
+    """Wan's ``(freqs_cos, freqs_sin)`` tuple with the call's ``CameraCondition`` attached."""
+
+    camera: CameraCondition
+
+
+def _attach_camera(rope: torch.nn.Module, args: tuple, output: tuple) -> tuple:
+    """Forward hook on ``transformer.rope``: wrap its output with the camera set by the adapter."""
+    camera = getattr(rope, "_solarwm_camera", None)
+    if camera is None:
+        return output
+    wrapped = CameraRotary(output)
+    wrapped.camera = camera
+    return wrapped
+
+
+def _apply_wan_rotary(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
+    """Wan's interleaved RoPE on ``x [B, N, H, D]`` (identical to WanAttnProcessor's inner function)."""
+    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    cos = freqs_cos[..., 0::2]
+    sin = freqs_sin[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out.type_as(x)
+
+
+class PRoPEWanAttnProcessor:
+    """Self-attention processor for ``WanAttention``: WanAttnProcessor's math + fused-PRoPE (§6.1).
+
+    qkv projections -> ``norm_q``/``norm_k`` -> heads -> Wan 3D RoPE -> ``prope_attention`` (camera of each
+    token's latent frame, on ``head_dims``) -> output projection. Parameter-free.
+    """
+
+    def __init__(self, head_dims: tuple[int, int] | None = None) -> None:
+        self.head_dims = slice(*head_dims) if head_dims is not None else None
+
+    def __call__(
+        self,
+        attn: torch.nn.Module,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``hidden_states [B, N, dim]`` -> ``[B, N, dim]``; cameras come from ``rotary_emb.camera``."""
+        if encoder_hidden_states is not None:
+            raise AdapterError("PRoPEWanAttnProcessor is for self-attention (attn1) only")
+        camera = getattr(rotary_emb, "camera", None)
+        if camera is None:
+            raise AdapterError(
+                "camera condition missing in self-attention: call the adapter (it sets the cameras), "
+                "not the bare transformer"
+            )
+        if getattr(attn, "fused_projections", False):
+            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        else:
+            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+        query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
+        key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
+        value = value.unflatten(2, (attn.heads, -1))
+        query = _apply_wan_rotary(query, *rotary_emb)
+        key = _apply_wan_rotary(key, *rotary_emb)
+
+        mask = attention_mask if attention_mask is not None else camera.attn_mask
+        # Cameras are per latent frame; tokens are frame-major, so prope_attention applies each
+        # frame's matrix to that frame's tokens (same result as cameras_per_token, without the copy).
+        out = prope_attention(
+            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+            camera.viewmats, camera.K, camera.viewmats, camera.K, camera.image_size,
+            head_dims=self.head_dims, attn_mask=mask,
+        )
+        out = out.transpose(1, 2).flatten(2, 3).type_as(query)
+        out = attn.to_out[0](out)
+        return attn.to_out[1](out)
+
+
+class Wan22TI2V5BAdapter(BackboneAdapter):
+    """Backbone adapter of SolarWM-wan2.2-5B (TI2V): clean first-latent anchor, flow target, PRoPE camera.
+
+    ``config`` (default: ``preset``'s config); ``pretrained_path``: a local diffusers checkpoint folder with
+    ``transformer/`` (and ``vae/`` for ``codec="wan_vae"``; ``text_encoder/`` + ``tokenizer/`` for UMT5);
+    ``device`` builds the codec and transformer under ``torch.device(device)`` (``"meta"``: no weights
+    allocated, for parameter counting).
+    """
+
+    route = "wan22_ti2v_5b"
+    config_class = Wan22TI2V5BConfig
+    clean_latent_frames = 1  # the TI2V image anchor
+    timestep_scale = 1000.0
+    patch_size = 2
+
+    def __init__(
+        self,
+        config: Wan22TI2V5BConfig | None = None,
+        preset: Literal["tiny", "published"] = "tiny",
+        pretrained_path: str | None = None,
+        device: str | None = None,
+    ) -> None:
+        super().__init__()
+        if config is None:
+            config = Wan22TI2V5BConfig.tiny() if preset == "tiny" else Wan22TI2V5BConfig.published()
+        self.config = config = dataclasses.replace(config)
+        if config.patch_size[0] != 1 or config.patch_size[1] != config.patch_size[2]:
+            raise AdapterError(f"{self.route}: patch_size must be (1, p, p), got {config.patch_size}")
+        self.patch_size = config.patch_size[1]
+        self.shift = config.shift
+        root = Path(pretrained_path) if pretrained_path is not None else None
+        if root is not None and not root.is_dir():
+            raise AdapterError(f"{self.route}: pretrained_path {root} does not exist")
+
+        build = torch.device(device) if device is not None else contextlib.nullcontext()
+        with build:
+            self.codec = self._build_codec(root)
+            self.temporal_compression = self.codec.temporal_compression
+            self.spatial_compression = self.codec.spatial_compression
+            self.latent_channels = self.codec.latent_channels
+            self.transformer = self._build_transformer(root)
+        self.text_encoder = self._build_text_encoder(root)
+
+        # Only the transformer trains (fused-PRoPE adds no weights); codec and text encoder are frozen.
+        self.codec.requires_grad_(False).eval()
+        if self.text_encoder is not None:
+            self.text_encoder.requires_grad_(False).eval()
+        processor = PRoPEWanAttnProcessor(config.camera_head_dims)
+        for block in self.transformer.blocks:
+            block.attn1.set_processor(processor)
+        self.transformer.rope.register_forward_hook(_attach_camera)
+        self.transformer.rope._solarwm_camera = None
+
+    # ------------------------------------------------------------------ building
+    def _build_codec(self, root: Path | None) -> torch.nn.Module:
+        cfg = self.config
+        if cfg.codec == "patchify":
+            return PatchifyCodec(spatial=cfg.patchify_spatial, temporal=4)
+        if cfg.codec != "wan_vae":
+            raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'wan_vae' or 'patchify'")
+        if root is not None:
+            vae_dir = root / "vae"
+            if not vae_dir.is_dir():
+                raise AdapterError(f"{self.route}: {vae_dir} missing (codec='wan_vae' needs pretrained_path/vae/)")
+            vae = AutoencoderKLWan.from_pretrained(str(vae_dir), use_safetensors=True)
+        else:
+            vae = AutoencoderKLWan(**VAE_CONFIGS[cfg.vae_config])
+        if int(vae.config.scale_factor_temporal) != 4:
+            raise AdapterError(f"{self.route}: VAE temporal factor {vae.config.scale_factor_temporal} != 4")
+        return WanVAECodec(vae)
+
+    def _build_transformer(self, root: Path | None) -> WanTransformer3DModel:
+        expected = self.config.transformer_kwargs(self.codec.latent_channels)
+        if root is None:
+            return WanTransformer3DModel(**expected)
+        tdir = root / "transformer"
+        if not (tdir / "config.json").is_file():
+            raise AdapterError(
+                f"{self.route}: {tdir} missing or has no config.json: pretrained_path must be a diffusers "
+                "checkpoint folder with transformer/ (and vae/ for codec='wan_vae')"
+            )
+        model = WanTransformer3DModel.from_pretrained(str(tdir), use_safetensors=True)
+        keys = ("num_layers", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
+                "text_dim", "ffn_dim", "freq_dim", "patch_size")
+        def plain(value: Any) -> Any:
+            return tuple(value) if isinstance(value, (list, tuple)) else value
+
+        wrong = [
+            f"{k}: checkpoint {model.config[k]!r} != config {expected[k]!r}"
+            for k in keys
+            if plain(model.config[k]) != plain(expected[k])
+        ]
+        if wrong:
+            raise AdapterError(f"{self.route}: checkpoint {tdir} does not match the config: " + "; ".join(wrong))
+        return model
+
+    def _build_text_encoder(self, root: Path | None) -> torch.nn.Module | None:
+        cfg = self.config
+        if cfg.text_encoder == "none":
+            return None
+        if cfg.text_encoder == "hashing":
+            return HashingTextEncoder(cfg.text_dim, max_length=cfg.text_max_length)
+        if cfg.text_encoder != "umt5":
+            raise AdapterError(f"{self.route}: unknown text_encoder {cfg.text_encoder!r}")
+        path = cfg.text_encoder_path or (str(root) if root is not None else None)
+        if path is None:
+            raise AdapterError(
+                f"{self.route}: text_encoder='umt5' needs text_encoder_path or a pretrained_path with text_encoder/"
+            )
+        # Record the resolved folder so an export (which does not copy UMT5) reloads the same encoder.
+        cfg.text_encoder_path = str(Path(path).resolve())
+        return UMT5TextEncoder(path, max_length=cfg.text_max_length)
+
+    def train(self, mode: bool = True) -> "Wan22TI2V5BAdapter":
+        """Switch the transformer's mode; frozen parts stay in eval mode."""
+        super().train(mode)
+        self.codec.eval()
+        if self.text_encoder is not None:
+            self.text_encoder.eval()
+        return self
+
+    # ------------------------------------------------------------------ codec
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """``video [B, 3, F, H, W]`` in [-1, 1] -> latents ``[B, C, (F-1)/4 + 1, H/s, W/s]``."""
+        return self.codec.encode(video)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, 4(f-1) + 1, H, W]`` in [-1, 1]."""
+        return self.codec.decode(latents).clamp(-1.0, 1.0)
+
+    # ------------------------------------------------------------------ conditions
+    def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:
+        if "video" in batch:
+            return int(batch["video"].shape[-1]), int(batch["video"].shape[-2])
+        if "image_size" in batch:
+            width, height = batch["image_size"]
+            return int(width), int(height)
+        if "latents" in batch:
+            h, w = batch["latents"].shape[-2:]
+            return int(w) * self.spatial_compression, int(h) * self.spatial_compression
+        raise AdapterError(f"{self.route}: batch needs 'video', 'image_size' or 'latents' to know the frame size")
+
+    def text_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(text_embeds [B, L, text_dim], mask [B, L] or None)``: precomputed if present, else encoded."""
+        if "text_embeds" in batch:
+            embeds, mask = batch["text_embeds"], batch.get("text_mask")
+            if mask is not None:
+                embeds = zero_padding(embeds, mask.to(embeds.device))
+        elif self.text_encoder is not None:
+            embeds, mask = self.text_encoder(list(batch["caption"]))
+        else:
+            raise AdapterError(f"{self.route}: batch has no 'text_embeds' and the adapter has text_encoder='none'")
+        if embeds.shape[-1] != self.config.text_dim:
+            raise AdapterError(
+                f"{self.route}: text features have dim {embeds.shape[-1]}, transformer expects {self.config.text_dim}"
+            )
+        return embeds, mask
+
+    def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Text features + the camera of each latent frame (w2c ``viewmats [B, f, 4, 4]``, ``K [B, f, 4]``)."""
+        c2w, K = batch["c2w"], batch["K"]
+        if c2w.dim() != 4 or c2w.shape[-2:] != (4, 4) or K.shape != c2w.shape[:2] + (4,):
+            raise AdapterError(
+                f"{self.route}: c2w must be [B, F, 4, 4] and K [B, F, 4]; got {tuple(c2w.shape)}, {tuple(K.shape)}"
+            )
+        num_frames = c2w.shape[1]
+        idx = self.latent_to_pixel_frame(self.latent_frames(num_frames)).to(c2w.device)
+        viewmats = se3_inverse(c2w[:, idx].double()).float()
+        embeds, mask = self.text_features(batch)
+        return {
+            "text_embeds": embeds.to(c2w.device),
+            "text_mask": mask.to(c2w.device) if mask is not None else None,
+            "viewmats": viewmats,
+            "K": K[:, idx].float(),
+            "image_size": self._image_size(batch),
+            "num_frames": num_frames,
+        }
+
+    # ------------------------------------------------------------------ model call
+    def forward(
+        self,
+        x_t: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        cond: dict[str, Any],
+        attn_mask: torch.Tensor | None = None,
+        kv_cache: Any = None,
+    ) -> torch.Tensor:
+        """Flow prediction ``[B, C, f, h, w]`` (``eps - x0`` space); per-token timestep ``1000 * sigma`` of its frame."""
+        if kv_cache is not None:
+            raise NotImplementedError(f"{self.route}: KV-cache rollout is not implemented yet")
+        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
+            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
+        b, _, f, h, w = x_t.shape
+        if sigma_per_frame.shape != (b, f):
+            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
+        if cond["viewmats"].shape[:2] != (b, f):
+            raise AdapterError(
+                f"{self.route}: cameras cover {tuple(cond['viewmats'].shape[:2])} (batch, latent frames), "
+                f"latents are ({b}, {f})"
+            )
+        tpf = self.tokens_per_frame(h, w)
+        # Per-token timesteps [B, f*h*w/p^2]: Wan2.2 TI2V's expand_timesteps path (anchor tokens get 0).
+        timestep = (sigma_per_frame.float() * self.timestep_scale).repeat_interleave(tpf, dim=1)
+        dtype = self.transformer.dtype
+        rope = self.transformer.rope
+        rope._solarwm_camera = CameraCondition(cond["viewmats"], cond["K"], tuple(cond["image_size"]), attn_mask)
+        try:
+            out = self.transformer(
+                hidden_states=x_t.to(dtype),
+                timestep=timestep,
+                encoder_hidden_states=cond["text_embeds"].to(dtype),
+                return_dict=False,
+            )[0]
+        finally:
+            rope._solarwm_camera = None
+        return out.to(x_t.dtype)
+
+    # ------------------------------------------------------------------ export
+    def _export_extra(self, directory: Path) -> None:
+        """Save the (frozen) Wan VAE next to the transformer so the export is self-contained."""
+        if isinstance(self.codec, WanVAECodec):
+            self.codec.vae.save_pretrained(directory / "vae", safe_serialization=True)

@@ -1,0 +1,193 @@
+"""`WorldDataModule`: a corpus of canonical clips or a recipe index → training windows.
+
+Two sources of rows, one pipeline (`datamodules.clips`):
+
+* corpus mode (``corpus_dir``): every canonical clip folder that did not fail a stage
+  (and whose ``selection.tier`` is in ``tiers`` when given); a deterministic held-out
+  subset by stable id (the ``num_val_clips`` clips with the smallest id hash) is the
+  validation split. A missing folder is rendered first with `synth_corpus` when
+  ``synth`` is given, which is how the embedded default runs on a fresh checkout.
+* recipe mode (``train_index`` [+ ``test_index``]): the rows of a recipe index
+  (`solarwm.data.index.read_index`), each with its ``epoch_repeats`` and fixed
+  ``start_frame``; ``test_index`` is the validation split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+
+from solarwm.datamodules.clips import ClipWindowDataset, RepeatSampler, Row, stable_hash
+
+
+@dataclass
+class SynthCorpus:
+    """How to render the corpus when ``corpus_dir`` does not exist yet (`synth_corpus` arguments)."""
+
+    clips: int = 8
+    frames: int = 33
+    width: int = 96
+    height: int = 64
+    fps: float = 8.0
+    seed: int = 0
+    bad_fraction: float = 0.0
+
+
+class WorldDataModule(pl.LightningDataModule):
+    """Windows of ``num_frames`` frames at ``width x height`` from a corpus or a recipe index."""
+
+    def __init__(
+        self,
+        num_frames: int = 17,
+        width: int = 64,
+        height: int = 64,
+        batch_size: int = 1,
+        corpus_dir: str | None = None,
+        tiers: list[str] | None = None,
+        num_val_clips: int = 2,
+        synth: SynthCorpus | None = None,
+        train_index: str | None = None,
+        test_index: str | None = None,
+        release_root: str | None = None,
+        frame_stride: int = 1,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if (corpus_dir is None) == (train_index is None):
+            raise ValueError("WorldDataModule: give exactly one of corpus_dir (corpus mode) or train_index (recipe mode)")
+        if train_index is not None and release_root is None:
+            raise ValueError("WorldDataModule: recipe mode needs release_root (the folder the index's shards live in)")
+        if min(num_frames, width, height, batch_size, frame_stride) < 1:
+            raise ValueError("WorldDataModule: num_frames, width, height, batch_size, frame_stride must be >= 1")
+        self.num_frames, self.width, self.height = num_frames, width, height
+        self.batch_size, self.frame_stride, self.seed = batch_size, frame_stride, seed
+        self.corpus_dir, self.tiers, self.num_val_clips, self.synth = corpus_dir, tiers, num_val_clips, synth
+        self.train_index, self.test_index, self.release_root = train_index, test_index, release_root
+        self.shuffle, self.num_workers = shuffle, num_workers
+        self.train_dataset: ClipWindowDataset | None = None
+        self.val_dataset: ClipWindowDataset | None = None
+        self.skipped: dict[str, str] = {}  # sample id or folder -> why it is not used
+
+    # ---------------------------------------------------------------- rows
+    def prepare_data(self) -> None:
+        """Render the corpus if it does not exist yet (rank 0 only, as Lightning calls it)."""
+        if self.corpus_dir is None or Path(self.corpus_dir).exists():
+            return
+        if self.synth is None:
+            raise FileNotFoundError(f"WorldDataModule: corpus_dir {self.corpus_dir} does not exist and no synth spec is given")
+        from solarwm.data.sources.synthetic import synth_corpus
+
+        # Render next to the target and rename once complete, so an interrupted render is
+        # resumed (synth_corpus writes clip by clip) rather than mistaken for a finished corpus.
+        target = Path(self.corpus_dir)
+        partial = target.with_name(target.name + ".partial")
+        summary = synth_corpus(str(partial), **asdict(self.synth))
+        partial.rename(target)
+        rank_zero_info(f"WorldDataModule: rendered corpus {self.corpus_dir}: {summary}")
+
+    def _corpus_rows(self) -> tuple[list[Row], list[Row]]:
+        from solarwm.data.accounting import outcome
+        from solarwm.data.contract import ClipError, iter_clip_dirs, read_clip, read_meta
+
+        span = (self.num_frames - 1) * self.frame_stride + 1
+        rows = []
+        for folder in iter_clip_dirs(self.corpus_dir):
+            try:
+                meta = read_meta(folder)
+                read_clip(folder, load_video=False, validate=True)  # cheap camera/array checks
+            except (ClipError, OSError, ValueError) as err:
+                self.skipped[str(folder)] = f"invalid clip: {err}"
+                continue
+            sample_id = meta["clip_id"]
+            status = outcome(meta)
+            tier = (meta.get("selection") or {}).get("tier")
+            n = int(meta["meta"]["num_frames"])
+            if status == "failed":
+                self.skipped[sample_id] = "failed a processing stage"
+            elif self.tiers is not None and tier not in self.tiers:
+                self.skipped[sample_id] = f"tier {tier!r} not in {self.tiers}"
+            elif n < span:
+                self.skipped[sample_id] = f"{n} frames < window span {span}"
+            else:
+                rows.append(Row(sample_id=sample_id, num_frames=n, folder=str(folder)))
+        # Held-out split by stable id: independent of folder order and of which other clips exist.
+        by_hash = sorted(rows, key=lambda r: stable_hash("val", r.sample_id))
+        val_ids = {r.sample_id for r in by_hash[: self.num_val_clips]}
+        train = [r for r in rows if r.sample_id not in val_ids]
+        val = [r for r in rows if r.sample_id in val_ids]
+        return train, val
+
+    def _index_rows(self, path: str, repeats: bool) -> list[Row]:
+        from solarwm.data.index import read_index
+
+        rows = []
+        for r in read_index(path, self.release_root):
+            # A window row (window_frames) loads as its window already, so it starts at 0.
+            windowed = "window_frames" in r
+            rows.append(Row(
+                sample_id=r["sample_id"],
+                num_frames=int(r["window_frames"] if windowed else r["num_frames"]),
+                epoch_repeats=int(r.get("epoch_repeats", 1)) if repeats else 1,
+                start_frame=0 if windowed else r.get("start_frame"),
+                index_row=r,
+            ))
+        return rows
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read the rows once and build the train / held-out datasets."""
+        if self.train_dataset is not None:
+            return
+        self._check_route_geometry()
+        if self.corpus_dir is not None:
+            self.prepare_data()  # no-op when it exists; covers use without a Trainer
+            train, val = self._corpus_rows()
+        else:
+            train = self._index_rows(self.train_index, repeats=True)
+            val = self._index_rows(self.test_index, repeats=False) if self.test_index else []
+        if not train:
+            raise ValueError(f"WorldDataModule: no usable training rows ({len(self.skipped)} skipped: {self.skipped})")
+        if self.skipped:
+            rank_zero_info(f"WorldDataModule: skipped {len(self.skipped)} clips: {self.skipped}")
+        common = dict(
+            num_frames=self.num_frames, width=self.width, height=self.height,
+            frame_stride=self.frame_stride, seed=self.seed, release_root=self.release_root,
+        )
+        self.train_dataset = ClipWindowDataset(train, random_start=True, **common)
+        self.val_dataset = ClipWindowDataset(val, random_start=False, **common)
+
+    def _check_route_geometry(self) -> None:
+        """Fail early when the window does not fit the route's frame geometry (Wan: 4n+1)."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        adapter = getattr(module, "adapter", None)
+        if adapter is not None and not adapter.valid_num_frames(self.num_frames):
+            raise ValueError(f"WorldDataModule: num_frames={self.num_frames} is not valid for {type(adapter).__name__}")
+
+    # ---------------------------------------------------------------- loaders
+    def train_sampler(self, num_replicas: int | None = None, rank: int | None = None) -> RepeatSampler:
+        """The rank-aware sampler of the training occurrences (the Trainer's world by default)."""
+        if num_replicas is None:
+            num_replicas = self.trainer.world_size if self.trainer is not None else 1
+        if rank is None:
+            rank = self.trainer.global_rank if self.trainer is not None else 0
+        return RepeatSampler(len(self.train_dataset), num_replicas, rank, shuffle=self.shuffle, seed=self.seed)
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled occurrences (``seed + epoch``), this rank's share."""
+        return DataLoader(
+            self.train_dataset, batch_size=self.batch_size, sampler=self.train_sampler(),
+            num_workers=self.num_workers, persistent_workers=self.num_workers > 0, drop_last=False,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        """The held-out windows in a fixed order."""
+        return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        """The held-out split doubles as the test split."""
+        return self.val_dataloader()

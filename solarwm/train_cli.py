@@ -1,0 +1,244 @@
+"""`solarwm fit | validate | test | predict --config recipes/<name>.yaml`.
+
+``fit``/``validate``/``test`` are `LightningCLI` subcommands: the recipe YAML names every
+object as ``class_path`` + ``init_args`` and jsonargparse checks the whole file against
+the constructors' signatures (unknown key, wrong type) before anything is built.
+
+``predict`` (this stage: a bidirectional clip) is a plain typed function: one first
+frame (an image file or a clip folder), a caption and a camera trajectory become an
+mp4, with the weights from a Lightning checkpoint (``--checkpoint``, the model built
+from ``--config``) or an exported adapter folder (``--adapter``)::
+
+    solarwm predict --config recipes/tiny_bid.yaml --checkpoint runs/tiny_bid/checkpoints/last.ckpt \\
+        --first_frame frame.png --caption "a street" --trajectory traj.json --output out.mp4
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.cli import LightningCLI
+
+VERBS = ("fit", "validate", "test", "predict")
+
+
+class SolarCLI(LightningCLI):
+    """LightningCLI with the recipe conventions: subclass mode for model and data, strict YAML."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            model_class=LightningModule,
+            datamodule_class=LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=args,
+            run=run,
+            # A re-run into the same log folder rewrites its config.yaml instead of refusing.
+            save_config_kwargs={"overwrite": True},
+            # No environment variables may change a recipe behind the YAML's back.
+            parser_kwargs={"default_env": False},
+            auto_configure_optimizers=False,
+        )
+
+
+class _ParseOnlyCLI(SolarCLI):
+    """The same parser and checks as `SolarCLI`, stopping before anything is instantiated."""
+
+    def instantiate_classes(self) -> None:
+        """Skip building trainer, model and data."""
+
+
+def parse_recipe(config: str) -> Any:
+    """Parse and check a recipe as ``solarwm fit --config`` does, building nothing (a Namespace)."""
+    return _ParseOnlyCLI(args=["--config", config], run=False).config
+
+
+def _first_frame(path: Path) -> np.ndarray:
+    """uint8 ``[H, W, 3]`` from an image file or the first frame of a canonical clip folder."""
+    if path.is_dir():
+        from solarwm.data.video import read_video
+
+        if not (path / "video.mp4").is_file():
+            raise FileNotFoundError(f"{path}: not a clip folder (no video.mp4)")
+        return read_video(path / "video.mp4")[0]
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: first frame not found (an image file or a clip folder)")
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def _recipe(config: str | None) -> dict[str, Any]:
+    """The parsed recipe YAML (empty without one)."""
+    if config is None:
+        return {}
+    path = Path(config)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: recipe not found")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def _stage_from_recipe(recipe: dict[str, Any], config: str, adapter: Any = None) -> LightningModule:
+    """Build the recipe's ``model`` with jsonargparse (checked like fit); ``adapter`` replaces its adapter."""
+    from jsonargparse import ArgumentParser, Namespace
+
+    if "model" not in recipe:
+        raise ValueError(f"{config}: recipe has no `model` section")
+    section = recipe["model"]
+    parser = ArgumentParser(exit_on_error=False, default_env=False)
+    if adapter is None:
+        parser.add_subclass_arguments(LightningModule, "model", required=True)
+        cfg = parser.parse_object({"model": section})
+        return parser.instantiate_classes(cfg).model
+    module_name, _, class_name = section["class_path"].rpartition(".")
+    stage_cls = getattr(importlib.import_module(module_name), class_name)
+    init_args = {k: v for k, v in (section.get("init_args") or {}).items() if k != "adapter"}
+    parser.add_class_arguments(stage_cls, "model", skip={"adapter"}, instantiate=False)
+    cfg = parser.instantiate_classes(parser.parse_object({"model": init_args}))
+    kwargs = cfg.model.as_dict() if isinstance(cfg.model, Namespace) else dict(cfg.model)
+    return stage_cls(adapter=adapter, **kwargs)
+
+
+def _load_checkpoint(module: LightningModule, checkpoint: Path, use_ema: bool) -> bool:
+    """Load a Lightning checkpoint's weights (and its EMA average if asked and present) into ``module``."""
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"{checkpoint}: checkpoint not found")
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    if "state_dict" not in state:
+        raise ValueError(f"{checkpoint}: not a Lightning checkpoint (no state_dict)")
+    result = module.load_state_dict(state["state_dict"], strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise ValueError(
+            f"{checkpoint} does not match the recipe's model {type(module).__name__} "
+            f"({type(getattr(module, 'adapter', module)).__name__}): "
+            f"{len(result.missing_keys)} missing keys (e.g. {result.missing_keys[:3]}), "
+            f"{len(result.unexpected_keys)} unexpected keys (e.g. {result.unexpected_keys[:3]})"
+        )
+    shadow = next((s["shadow"] for k, s in state.get("callbacks", {}).items() if k.startswith("EMA") and "shadow" in s), None)
+    if use_ema and shadow:
+        params = dict(module.named_parameters())
+        with torch.no_grad():
+            for name, value in shadow.items():
+                params[name].copy_(value.to(params[name].dtype))
+    return bool(use_ema and shadow)
+
+
+def predict(
+    first_frame: str,
+    trajectory: str,
+    output: str,
+    caption: str = "",
+    config: str | None = None,
+    checkpoint: str | None = None,
+    adapter: str | None = None,
+    num_frames: int | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    num_steps: int = 20,
+    seed: int = 0,
+    use_ema: bool = True,
+) -> int:
+    """Generate a clip from a first frame, a caption and a camera trajectory into an mp4.
+
+    Args:
+        first_frame: an image file, or a canonical clip folder whose first frame is used.
+        trajectory: a camera trajectory file (.json or .npz, `solarwm.camera.trajectory`).
+        output: the mp4 to write.
+        caption: the text prompt.
+        config: the recipe YAML (its `model` builds the stage; its `data` gives the clip geometry).
+        checkpoint: a Lightning checkpoint of that recipe (needs --config).
+        adapter: an exported adapter folder (`AdapterExport` / `save_adapter`), instead of --checkpoint.
+        num_frames: frames to generate (default: the recipe's data.num_frames, else the trajectory's length).
+        width: output width (default: the recipe's data.width, else the trajectory's).
+        height: output height (default: the recipe's data.height, else the trajectory's).
+        num_steps: sampler steps.
+        seed: noise seed.
+        use_ema: use the checkpoint's EMA average when it has one.
+    """
+    from solarwm.camera.trajectory import load_trajectory
+    from solarwm.data.video import write_video
+    from solarwm.datamodules.clips import fit_intrinsics, resize_crop
+
+    if (checkpoint is None) == (adapter is None):
+        raise ValueError("predict: give exactly one of --checkpoint (with --config) or --adapter")
+    if checkpoint is not None and config is None:
+        raise ValueError("predict: --checkpoint needs the --config recipe it was trained with")
+    recipe = _recipe(config)
+    data_args = (recipe.get("data") or {}).get("init_args") or {}
+    traj = load_trajectory(trajectory)
+    num_frames = num_frames or data_args.get("num_frames") or len(traj)
+    width = width or data_args.get("width") or traj.width
+    height = height or data_args.get("height") or traj.height
+    if len(traj) < num_frames:
+        raise ValueError(f"{trajectory}: trajectory has {len(traj)} frames, the clip needs {num_frames} (no padding)")
+
+    if adapter is not None:
+        from solarwm.backbones.base import load_adapter
+
+        loaded = load_adapter(adapter)
+        if config is not None:
+            module = _stage_from_recipe(recipe, config, adapter=loaded)
+        else:
+            from solarwm.stages.bidirectional import BidirectionalModule
+
+            module = BidirectionalModule(adapter=loaded)
+        ema_used = False
+    else:
+        module = _stage_from_recipe(recipe, config)
+        ema_used = _load_checkpoint(module, Path(checkpoint), use_ema)
+    route = getattr(module, "adapter", None)
+    if route is not None and not route.valid_num_frames(num_frames):
+        raise ValueError(f"predict: {num_frames} frames is not a valid clip length for {type(route).__name__}")
+
+    image = torch.from_numpy(_first_frame(Path(first_frame))).permute(2, 0, 1)[None]  # [1,3,H,W]
+    image, _ = resize_crop(image, np.zeros((1, 4)), width, height)
+    K = fit_intrinsics(traj.K[:num_frames], traj.width, traj.height, width, height)
+    module.eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        video = module.generate(
+            first_frame=(image / 127.5 - 1.0).clamp(-1, 1),
+            caption=[caption],
+            c2w=torch.as_tensor(traj.c2w[:num_frames], dtype=torch.float32)[None],
+            K=torch.as_tensor(K, dtype=torch.float32)[None],
+            num_steps=num_steps,
+            generator=generator,
+        )
+    frames = ((video[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 3, 0).numpy()
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_video(out, frames, traj.fps)
+    print(json.dumps({
+        "output": str(out), "num_frames": int(frames.shape[0]), "width": width, "height": height,
+        "fps": traj.fps, "weights": checkpoint or adapter, "ema": ema_used,
+    }))
+    return 0
+
+
+def predict_parser() -> "ArgumentParser":
+    """The ``solarwm predict`` parser: `predict`'s typed signature, ``--config`` being the recipe."""
+    from jsonargparse import ArgumentParser
+
+    # Not jsonargparse.auto_cli: it reserves --config for its own config file, and here
+    # --config is the training recipe the checkpoint belongs to.
+    parser = ArgumentParser(prog="solarwm predict", description=predict.__doc__.splitlines()[0], default_env=False)
+    parser.add_function_arguments(predict, as_positional=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``solarwm fit|validate|test|predict ...`` (``argv`` without the program name)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "predict":
+        return predict(**predict_parser().parse_args(argv[1:]).as_dict())
+    SolarCLI(args=argv)
+    return 0
