@@ -74,17 +74,19 @@ class Wan22TI2V5BConfig:
     """Config of the route; ``published()`` is Wan2.2-TI2V-5B, ``tiny()`` the same classes for a CPU."""
 
     num_layers: int = 2
-    num_attention_heads: int = 2
-    attention_head_dim: int = 32
-    ffn_dim: int = 128
+    num_attention_heads: int = 4
+    attention_head_dim: int = 64
+    ffn_dim: int = 512
     text_dim: int = 32
     freq_dim: int = 32
     patch_size: tuple[int, int, int] = (1, 2, 2)
     rope_max_seq_len: int = 1024
     #: ``patchify``: lossless space/time-to-depth (embedded default); ``wan_vae``: AutoencoderKLWan.
     codec: Literal["wan_vae", "patchify"] = "patchify"
-    #: Spatial factor of the patchify codec (64x64 video -> 16x16 latents -> 8x8 tokens per frame).
-    patchify_spatial: int = 4
+    #: Spatial factor of the patchify codec: 2 gives Wan2.2's 48 latent channels (64x64 video ->
+    #: 32x32 latents -> 16x16 tokens of 192 values per frame). The hidden size (heads x head dim)
+    #: must be at least the token size, or the model cannot represent the noise it has to remove.
+    patchify_spatial: int = 2
     #: AutoencoderKLWan config used when no ``pretrained_path`` gives ``vae/``: ``wan2.2`` or ``tiny``.
     vae_config: Literal["wan2.2", "tiny"] = "tiny"
     #: ``hashing``: HashingTextEncoder; ``umt5``: UMT5 from ``text_encoder_path`` (or pretrained_path);
@@ -105,7 +107,7 @@ class Wan22TI2V5BConfig:
 
     @classmethod
     def tiny(cls) -> "Wan22TI2V5BConfig":
-        """2 layers, 2 heads x 32, ffn 128, text_dim 32, patchify codec, hashing text: trains on a CPU."""
+        """2 layers, 4 heads x 64, ffn 512, text_dim 32, patchify codec, hashing text: trains on a CPU."""
         return cls()
 
     @classmethod

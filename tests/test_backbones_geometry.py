@@ -31,7 +31,7 @@ def test_route_registry_resolves_the_class():
 
 
 def test_latent_geometry_follows_wan_4n_plus_1(adapter):
-    assert (adapter.temporal_compression, adapter.spatial_compression, adapter.patch_size) == (4, 4, 2)
+    assert (adapter.temporal_compression, adapter.spatial_compression, adapter.patch_size) == (4, 2, 2)
     assert [adapter.valid_num_frames(n) for n in (1, 4, 5, 8, 9, 17, 81)] == [True, False, True, False, True, True, True]
     assert [adapter.latent_frames(n) for n in (1, 5, 17, 81)] == [1, 2, 5, 21]
     assert adapter.latent_to_pixel_frame(5).tolist() == [0, 4, 8, 12, 16]
@@ -41,15 +41,16 @@ def test_latent_geometry_follows_wan_4n_plus_1(adapter):
 
 
 def test_patchify_codec_is_an_exact_inverse_and_matches_the_geometry(adapter):
-    codec = PatchifyCodec(spatial=4, temporal=4)
+    codec = PatchifyCodec(spatial=2, temporal=4)
     video = torch.rand(2, 3, 17, 64, 64) * 2 - 1
     latents = codec.encode(video)
-    assert latents.shape == (2, 192, 5, 16, 16) == (2, adapter.latent_channels, adapter.latent_frames(17), 16, 16)
+    assert latents.shape == (2, 48, 5, 32, 32) == (2, adapter.latent_channels, adapter.latent_frames(17), 32, 32)
     assert torch.equal(codec.decode(latents), video)
     # Latent frame i stands for pixel frame 4i: its last temporal slot is that frame.
-    slots = latents.reshape(2, 3, 4, 4, 4, 5, 16, 16)
+    slots = latents.reshape(2, 3, 4, 2, 2, 5, 32, 32)
     for i, frame in enumerate(adapter.latent_to_pixel_frame(5).tolist()):
-        assert torch.equal(slots[:, :, 3, 0, 0, i], video[:, :, frame, ::4, ::4])
+        assert torch.equal(slots[:, :, 3, 0, 0, i], video[:, :, frame, ::2, ::2])
+    assert PatchifyCodec(spatial=4, temporal=4).encode(video).shape == (2, 192, 5, 16, 16)
     # The first frame alone encodes to exactly the first latent of the clip (causal rule).
     assert torch.equal(codec.encode(video[:, :, :1]), latents[:, :, :1])
     with pytest.raises(CodecError, match="16 frames is not 4\\*n \\+ 1"):

@@ -14,7 +14,7 @@ from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfi
 from solarwm.camera.se3 import look_at
 from solarwm.kernels.masks import frame_causal_mask
 
-B, F, H, W = 2, 9, 32, 32  # -> latents [2, 192, 3, 8, 8], 16 tokens per latent frame
+B, F, H, W = 2, 9, 32, 32  # -> latents [2, 48, 3, 16, 16], 64 tokens per latent frame
 
 
 def orbit(num_frames: int, radius: float = 3.0, turn: float = 0.6, phase: float = 0.0) -> torch.Tensor:
@@ -87,8 +87,8 @@ def test_anchor_tokens_get_timestep_zero(adapter):
     finally:
         hook.remove()
     timestep = seen[0].view(B, -1)  # flattened per-token timesteps, frame-major
-    tpf = adapter.tokens_per_frame(8, 8)
-    assert timestep.shape == (B, 3 * tpf) and tpf == 16
+    tpf = adapter.tokens_per_frame(16, 16)
+    assert timestep.shape == (B, 3 * tpf) and tpf == 64
     assert torch.all(timestep[:, :tpf] == 0)
     torch.testing.assert_close(timestep[:, tpf:], torch.full((B, 2 * tpf), 400.0))
 
@@ -131,7 +131,7 @@ def test_processor_reduces_to_wan_attention_when_all_cameras_coincide(adapter):
         for blk in adapter.transformer.blocks:
             blk.attn1.set_processor(WanAttnProcessor())
         try:
-            tpf = adapter.tokens_per_frame(8, 8)
+            tpf = adapter.tokens_per_frame(16, 16)
             native = adapter.transformer(
                 hidden_states=x_t, timestep=(sigma_pf * 1000).repeat_interleave(tpf, 1),
                 encoder_hidden_states=cond["text_embeds"], return_dict=False,
@@ -143,7 +143,7 @@ def test_processor_reduces_to_wan_attention_when_all_cameras_coincide(adapter):
 
 
 def test_bare_transformer_call_without_cameras_is_an_error(adapter):
-    x = torch.zeros(1, 192, 1, 8, 8)
+    x = torch.zeros(1, 48, 1, 16, 16)
     with pytest.raises(AdapterError, match="camera condition missing"):
         adapter.transformer(hidden_states=x, timestep=torch.zeros(1), encoder_hidden_states=torch.zeros(1, 4, 32))
 
@@ -152,7 +152,7 @@ def test_dense_causal_mask_hides_later_frames(adapter):
     batch = make_batch()
     _, _, x_t, sigma_pf = noisy(adapter, batch)
     cond = adapter.prepare_conditions(batch)
-    mask = frame_causal_mask(3, adapter.tokens_per_frame(8, 8))
+    mask = frame_causal_mask(3, adapter.tokens_per_frame(16, 16))
     perturbed = x_t.clone()
     perturbed[:, :, 2] += 1.0
     with torch.no_grad():
