@@ -1,12 +1,32 @@
 #!/usr/bin/env bash
-# The embedded default, end to end on a CPU: render worlds → inspect them.
-# (Grows with the project: → fit the tiny recipe → predict a rollout.)
+# The embedded default, end to end on a CPU (no weights, no datasets, a few minutes):
+#   render procedural worlds → check them → fit the tiny bidirectional recipe → predict an mp4
+#   from a held-out first frame along a new camera trajectory.
 set -euo pipefail
+RUN=runs/tiny_bid          # where recipes/tiny_bid.yaml writes (corpus, logs, checkpoints, export)
 OUT=${SOLARWM_OUT:-outputs/quickstart}
-solarwm data synth --out "$OUT/worlds" --clips 32 --frames 33 --size 64x64 --fps 16 --seed 0
-solarwm data inspect "$OUT/worlds" > "$OUT/inspect.json"
-python - "$OUT" <<'PY'
-import json, sys
-s = json.load(open(f"{sys.argv[1]}/inspect.json"))
-print(f"rendered {s['clips']} clips ({s['frames']} frames), {s['valid']} valid -> {sys.argv[1]}/worlds")
+mkdir -p "$OUT"
+
+# 1. Render worlds (the recipe would render them itself on first use; done here to show the verb).
+solarwm data synth --out "$RUN/corpus" --clips 64 --frames 33 --size 96x64 --fps 8 --seed 0 > "$OUT/synth.json"
+solarwm data inspect "$RUN/corpus" > "$OUT/inspect.json"
+
+# 2. Train stage 1 (bidirectional adaptation) of the tiny Wan2.2 route.
+solarwm fit --config recipes/tiny_bid.yaml
+
+# 3. Roll out: a trajectory file (forward, then a left turn) and a generated clip.
+python - "$OUT/trajectory.json" <<'PY'
+import sys
+from solarwm.camera.trajectory import compose_segments, forward, save_trajectory, yaw_turn
+save_trajectory(compose_segments([forward(8, 1.0), yaw_turn(8, 20.0)], fps=8.0, width=64, height=64), sys.argv[1])
 PY
+FIRST=$(ls -d "$RUN"/corpus/*/ | head -n 1)
+solarwm predict --config recipes/tiny_bid.yaml --checkpoint "$RUN/checkpoints/last.ckpt" \
+  --first_frame "$FIRST" --caption "$(cat "$FIRST/prompt.txt")" \
+  --trajectory "$OUT/trajectory.json" --output "$OUT/rollout.mp4" > "$OUT/predict.json"
+
+echo "rendered corpus:   $RUN/corpus ($(python -c "import json;s=json.load(open('$OUT/inspect.json'));print(s['valid'],'valid clips')"))"
+echo "generated video:   $OUT/rollout.mp4"
+echo "eval videos (mp4): $(ls -d "$RUN"/tb/version_*/eval_videos | tail -n 1)"
+echo "TensorBoard logs:  tensorboard --logdir $RUN/tb"
+echo "exported adapter:  $RUN/adapter (diffusers transformer + camera.safetensors)"

@@ -13,20 +13,10 @@ from solarwm.data.policy import COLUMNS, OWNERS, TIERS, Check, Policy, evaluate,
 from solarwm.data.policy.engine import format_number
 from solarwm.data.policy.spec import BOOL, NUMBER, TEXT
 from solarwm.data.policy.table import records_to_table
+from test_policy_table3 import GOOD  # one fixture row that passes every owner's policy
 
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
 FLAGS = ["text_heavy", "watermark", "ui_overlay", "blurry", "near_static", "low_light", "nsfw", "single_color"]
-GOOD = {
-    "num_frames": 121, "width": 1280, "height": 720, "caption": "a walk through a market",
-    "camera.finite": True, "camera.fov_x_min": 60.0, "camera.fov_x_max": 62.0, "camera.fov_y_min": 40.0,
-    "camera.fov_y_max": 41.0, "camera.focal_div_max": 0.01, "camera.scale_cov": 0.1,
-    "metrics.vlm_quality": 5.0, "metrics.vlm_reject_flags": [], "metrics.vlm_transition_count": 0,
-    "metrics.vlm_entity_density": 2, "metrics.vlm_scene_type": "real_world",
-    "metrics.dover_tech": 0.6, "metrics.dover_aes": 0.6, "metrics.vmaf": 10.0, "metrics.unimatch": 50.0,
-    "metrics.flow_dis": 5.0, "metrics.saturation": 100.0, "metrics.scene_cuts": 0,
-    "lineage.source_tier": "high", "lineage.geometry_ok": True,
-    "lineage.source_width": 1280, "lineage.source_height": 720,
-}
 ABSENT = object()
 BOUNDS = [0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 1, 2, 3, 4, 5, 25, 81, 100, 120, 125, 180, 200, 250, 350, 720, 1280]
 
