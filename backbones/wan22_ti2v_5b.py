@@ -96,6 +96,12 @@ class Wan22TI2V5BConfig:
     text_max_length: int = 16
     #: Flow timestep shift (Wan: 5.0 for the 5B model at 720p; smaller for small frames).
     shift: float = 3.0
+    #: What the transformer's output means. ``velocity``: Wan's native ε − x₀ (pretrained weights).
+    #: ``x0``: the network predicts the clean latent and the adapter returns the velocity
+    #: (x_t − x̂₀)/σ, so the loss stays the native flow target. With tokens wider than the hidden
+    #: size (the tiny route) a network cannot carry the noise through to predict ε − x₀, but it
+    #: can predict x₀ (Li & He 2025, "Back to Basics: Let Denoising Generative Models Denoise").
+    prediction: Literal["velocity", "x0"] = "velocity"
     #: ``(start, stop)`` head dims that get PRoPE; ``None`` = all dims of every head.
     camera_head_dims: tuple[int, int] | None = None
 
@@ -107,8 +113,8 @@ class Wan22TI2V5BConfig:
 
     @classmethod
     def tiny(cls) -> "Wan22TI2V5BConfig":
-        """2 layers, 4 heads x 64, ffn 512, text_dim 32, patchify codec, hashing text: trains on a CPU."""
-        return cls()
+        """2 layers, 4 heads x 64, ffn 512, text_dim 32, patchify codec, hashing text, x0 output: trains on a CPU."""
+        return cls(prediction="x0")
 
     @classmethod
     def published(cls) -> "Wan22TI2V5BConfig":
@@ -432,7 +438,12 @@ class Wan22TI2V5BAdapter(BackboneAdapter):
             )[0]
         finally:
             rope._solarwm_camera = None
-        return out.to(x_t.dtype)
+        out = out.to(x_t.dtype)
+        if self.config.prediction == "x0":
+            # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
+            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
+            out = (x_t - out) / sigma
+        return out
 
     # ------------------------------------------------------------------ export
     def _export_extra(self, directory: Path) -> None:

@@ -47,7 +47,7 @@ def test_patchify_codec_is_an_exact_inverse_and_matches_the_geometry(adapter):
     assert latents.shape == (2, 48, 5, 32, 32) == (2, adapter.latent_channels, adapter.latent_frames(17), 32, 32)
     assert torch.equal(codec.decode(latents), video)
     # Latent frame i stands for pixel frame 4i: its last temporal slot is that frame.
-    slots = latents.reshape(2, 3, 4, 2, 2, 5, 32, 32)
+    slots = latents.reshape(2, 3, 4, 2, 2, 5, 32, 32) / codec.scale
     for i, frame in enumerate(adapter.latent_to_pixel_frame(5).tolist()):
         assert torch.equal(slots[:, :, 3, 0, 0, i], video[:, :, frame, ::2, ::2])
     assert PatchifyCodec(spatial=4, temporal=4).encode(video).shape == (2, 192, 5, 16, 16)

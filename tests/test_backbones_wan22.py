@@ -139,7 +139,19 @@ def test_processor_reduces_to_wan_attention_when_all_cameras_coincide(adapter):
         finally:
             for blk, proc in zip(adapter.transformer.blocks, saved):
                 blk.attn1.set_processor(proc)
+    assert adapter.config.prediction == "x0"  # the tiny route's network predicts x0; the adapter returns velocity
+    native = (x_t - native) / sigma_pf.clamp_min(0.05)[:, None, :, None, None]
     torch.testing.assert_close(ours, native, atol=1e-4, rtol=1e-4)
+
+
+def test_x0_prediction_returns_the_native_velocity(adapter, monkeypatch):
+    """A network that outputs the exact clean latent yields exactly the flow target eps - x0."""
+    batch = make_batch()
+    x0, noise, x_t, sigma_pf = noisy(adapter, batch, sigma=0.6)
+    cond = adapter.prepare_conditions(batch)
+    monkeypatch.setattr(adapter.transformer, "forward", lambda **kwargs: (x0,))
+    v = adapter(x_t, sigma_pf, cond)
+    torch.testing.assert_close(v[:, :, 1:], (noise - x0)[:, :, 1:], atol=1e-5, rtol=1e-5)
 
 
 def test_bare_transformer_call_without_cameras_is_an_error(adapter):
