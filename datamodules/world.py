@@ -21,7 +21,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from solarwm.datamodules.clips import ClipWindowDataset, RepeatSampler, Row, stable_hash
+from solarwm.data.recipe import split_rank
+from solarwm.datamodules.clips import ClipWindowDataset, RepeatSampler, Row
 
 
 @dataclass
@@ -117,7 +118,7 @@ class WorldDataModule(pl.LightningDataModule):
             else:
                 rows.append(Row(sample_id=sample_id, num_frames=n, folder=str(folder)))
         # Held-out split by stable id: independent of folder order and of which other clips exist.
-        by_hash = sorted(rows, key=lambda r: stable_hash("val", r.sample_id))
+        by_hash = sorted(rows, key=lambda r: split_rank(r.sample_id))  # the recipe split rule
         val_ids = {r.sample_id for r in by_hash[: self.num_val_clips]}
         train = [r for r in rows if r.sample_id not in val_ids]
         val = [r for r in rows if r.sample_id in val_ids]

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from solarwm.camera.se3 import se3_inverse
+
 from .attention import attention
 
 __all__ = [
@@ -57,13 +59,7 @@ def _projection(viewmats: torch.Tensor, Kn: torch.Tensor) -> torch.Tensor:
 
 def _projection_inverse(viewmats: torch.Tensor, Kn: torch.Tensor) -> torch.Tensor:
     """``P⁻¹ = w2c⁻¹ · lift(K̃)⁻¹`` analytically (SE(3) and pinhole inverses): ``[..., 4, 4]``."""
-    rot = viewmats[..., :3, :3]
-    trans = viewmats[..., :3, 3:]
-    rot_t = rot.transpose(-1, -2)
-    c2w_top = torch.cat((rot_t, -rot_t @ trans), dim=-1)  # [..., 3, 4]
-    bottom = torch.zeros_like(viewmats[..., 3:, :])
-    bottom[..., 3] = 1.0
-    c2w = torch.cat((c2w_top, bottom), dim=-2)
+    c2w = se3_inverse(viewmats)
     # lift(K̃)⁻¹ = [[1/fx, 0, -cx/fx, 0], [0, 1/fy, -cy/fy, 0], [0, 0, 1, 0], [0, 0, 0, 1]];
     # right-multiplying mixes only the first three columns of c2w.
     fx, fy, cx, cy = (c[..., None] for c in Kn.unbind(-1))
