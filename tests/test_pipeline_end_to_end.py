@@ -81,3 +81,36 @@ def test_datamodule_trains_from_recipe_index(engine: Path) -> None:
     assert trainer.global_step == 2
     after = list(module.adapter.trainable_parameters())
     assert any(not torch.equal(a, b) for a, b in zip(after, before))
+
+
+def test_recipe_windows_reach_the_model_view_at_their_start_frame(engine: Path, tmp_path: Path) -> None:
+    """Two evenly spread 17-frame windows per 33-frame clip, repeat 3: the datamodule yields each
+    window's own frames (the packed clip sliced at start_frame) and honours epoch_repeats."""
+    import numpy as np
+    import yaml
+
+    from solarwm.data.index import ShardReader, load_row
+    from solarwm.datamodules import WorldDataModule
+
+    spec = yaml.safe_load((RECIPES / "data/synthetic_33f.yaml").read_text())
+    spec.update(name="synthetic_17f_x2", window={"frames": 17, "mode": "evenly_spread", "count": 2},
+                repeat={"synthetic": 3}, test_view={"per_owner": 1})
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["data", "recipe", "--release", str(engine / "release"), "--spec", str(tmp_path / "spec.yaml"),
+                 "--out", str(tmp_path / "recipe")]) == 0
+    train = read_index(tmp_path / "recipe/train-index.jsonl.gz", engine / "release")
+    assert sorted({r["start_frame"] for r in train}) == [0, 16]
+    assert all(r["epoch_repeats"] == 3 for r in train)
+
+    dm = WorldDataModule(num_frames=17, width=64, height=64, train_index=str(tmp_path / "recipe/train-index.jsonl.gz"),
+                         release_root=str(engine / "release"), shuffle=False)
+    dm.setup("fit")
+    dataset = dm.train_dataloader().dataset
+    assert len(dataset) == 3 * len(train)
+    late = next(i for i, row in enumerate(train) if row["start_frame"] == 16)
+    item = dataset[int(np.flatnonzero(dataset.occurrence_row == late)[0])]
+    whole = load_row({k: v for k, v in train[late].items() if k not in ("window_frames", "start_frame")},
+                     engine / "release", ShardReader())
+    expected = torch.from_numpy(whole["frames"][16:33]).permute(3, 0, 1, 2).float() / 127.5 - 1.0
+    torch.testing.assert_close(item["video"], expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(item["c2w"], torch.from_numpy(whole["c2w"][16:33]).float())
