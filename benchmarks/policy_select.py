@@ -10,7 +10,6 @@ printed next to wall time because a shared machine inflates wall time.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 

@@ -152,8 +152,6 @@ class ClipWindowDataset(Dataset):
         row = self.rows[int(self.occurrence_row[occurrence])]
         start = self._start(row, int(occurrence), int(epoch))
         frames, c2w, K, caption = self._load(row)
-        if not (len(frames) == len(c2w) == len(K)):
-            raise WindowError(row.sample_id, "alignment", f"frames {len(frames)}, c2w {len(c2w)}, K {len(K)}")
         idx = start + self.frame_stride * np.arange(self.num_frames)
         if idx[-1] >= len(frames):
             raise WindowError(row.sample_id, "window", f"frame {idx[-1]} >= {len(frames)} decoded frames")

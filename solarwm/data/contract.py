@@ -76,7 +76,12 @@ class Clip:
         return doc
 
 
-def _check_arrays(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int | None) -> list[ClipError]:
+def check_alignment(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int | None) -> list[ClipError]:
+    """Structural checks only: array shapes and one frame index shared by video, poses and K.
+
+    A clip failing these cannot be frame-aligned at all; non-finite values are not checked
+    here (they are a camera-integrity matter that a policy rejects).
+    """
     errors: list[ClipError] = []
     if c2w.ndim != 3 or c2w.shape[1:] != (4, 4):
         errors.append(ClipError(name, "poses_shape", f"poses.npy must be [N,4,4], got {list(c2w.shape)}"))
@@ -88,6 +93,13 @@ def _check_arrays(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int | N
         errors.append(ClipError(name, "frame_count", f"video has {num_frames} frames, poses {len(c2w)}, intrinsics {len(K)}"))
     elif len(c2w) != len(K):
         errors.append(ClipError(name, "frame_count", f"poses {len(c2w)} vs intrinsics {len(K)}"))
+    return errors
+
+
+def _check_arrays(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int | None) -> list[ClipError]:
+    errors = check_alignment(name, c2w, K, num_frames)
+    if errors:
+        return errors
     try:
         check_se3(c2w)
     except PoseError as e:

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from solarwm.data.contract import check_alignment
 from solarwm.data.video import VideoError, read_video_bytes
 
 # Every index row names its sample and the shard holding it; members are the `*_member` fields.
@@ -270,13 +271,9 @@ def load_row(row: dict, root: str | Path, reader: ShardReader | None = None) -> 
         c2w = np.asarray(npz["c2w"], dtype=np.float64)
     K = np.asarray(np.load(io.BytesIO(read_member(row, "intrinsics_member", root, reader)), allow_pickle=False), dtype=np.float64)
     manifest = json.loads(read_member(row, "manifest_member", root, reader))
-    if not (len(frames) == len(c2w) == len(K)):
-        raise IndexValidationError(
-            (0, row.get("sample_id")), "frame_alignment",
-            f"{where}: {len(frames)} frames, {len(c2w)} poses, {len(K)} intrinsics",
-        )
-    if c2w.shape[1:] != (4, 4) or K.shape[1:] != (4,):
-        raise IndexValidationError((0, row.get("sample_id")), "camera_shape", f"{where}: c2w {c2w.shape}, K {K.shape}")
+    errors = check_alignment(where, c2w, K, len(frames))  # the contract's one frame-alignment check
+    if errors:
+        raise IndexValidationError((0, row.get("sample_id")), "frame_alignment", f"{errors[0].check}: {errors[0].detail}")
     if "window_frames" in row:
         start, length = int(row.get("start_frame", 0)), int(row["window_frames"])
         frames, c2w, K = frames[start:start + length], c2w[start:start + length], K[start:start + length]

@@ -18,7 +18,7 @@ import numpy as np
 from solarwm.camera.integrity import camera_integrity
 from solarwm.data.annotate import visual
 from solarwm.data.annotate.vlm import VLMConfig, caption_frames
-from solarwm.data.contract import ClipError, read_clip
+from solarwm.data.contract import ClipError, check_alignment, read_clip
 from solarwm.data.video import VideoError, read_video
 
 
@@ -116,12 +116,9 @@ def run_camera(ctx: ClipContext, config: AnnotateConfig) -> dict[str, Any]:
     clip = read_clip(ctx.folder, load_video=False, validate=False)
     m = ctx.meta["meta"]
     c2w, K = np.asarray(clip.c2w), np.asarray(clip.K)
-    if c2w.ndim != 3 or c2w.shape[1:] != (4, 4):
-        raise ClipError(ctx.folder.name, "poses_shape", f"poses.npy must be [N,4,4], got {list(c2w.shape)}")
-    if K.ndim != 2 or K.shape[1] != 4:
-        raise ClipError(ctx.folder.name, "intrinsics_shape", f"intrinsics.npy must be [N,4], got {list(K.shape)}")
-    if not (len(c2w) == len(K) == m.get("num_frames")):
-        raise ClipError(ctx.folder.name, "frame_count", f"video has {m.get('num_frames')} frames, poses {len(c2w)}, intrinsics {len(K)}")
+    errors = check_alignment(ctx.folder.name, c2w, K, m.get("num_frames"))
+    if errors:
+        raise errors[0]
     # scale=None: the contract stores metric poses; per-frame Sim(3) scales are not part of it yet.
     out = camera_integrity(c2w, K, int(m["width"]), int(m["height"]))
     # Belt and braces: a non-finite number must never reach a gate, so it is left out.
