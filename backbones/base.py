@@ -9,6 +9,12 @@ transformer and codec of one backbone and exposes, in the route's *native* terms
 * ``prepare_conditions(batch) -> cond``: text features, per-latent-frame cameras, route extras;
 * the native objective: ``sample_sigmas``, ``noisy_input``, ``target``, ``loss_mask``, ``timestep_scale``;
 * ``forward(x_t, sigma_per_frame, cond, attn_mask=None) -> prediction`` in the native target space;
+* causal mode (paper §4.2–4.3): ``frames_per_block`` latent frames per block, a window of
+  ``window_blocks`` blocks (the query block plus ``window_blocks - 1`` history blocks, no sink);
+  ``forward_teacher_forcing(x_clean, x_noisy, ...)`` on the layout ``[clean | noisy]``, and
+  ``forward(..., kv_cache=KVCache, commit=...)`` for block-by-block rollout (``new_cache``);
+* the AnyFlow flow map (eq. 2): ``enable_flow_map(gate)`` adds a copy of the time embedding that
+  embeds the target time ``r`` (``r_per_frame``) and is mixed in with a fixed gate;
 * export: ``save_adapter(dir)`` / ``BackboneAdapter.load_adapter(dir)``.
 
 Stages (``solarwm.stages``) speak only this contract and never import a route module.
@@ -24,12 +30,14 @@ Export layout written by ``save_adapter(dir)``::
     dir/adapter.json         {"schema": "solarwm.adapter/1", "route": ..., "config": {...}}
     dir/transformer/         diffusers save_pretrained (safetensors)
     dir/camera.safetensors   camera weights (``camera_state_dict()``; may be empty)
+    dir/flow_map.safetensors the AnyFlow r-embedding (only when ``enable_flow_map`` was called)
     dir/<extra>/             route-specific frozen parts needed to rebuild (e.g. ``vae/``)
 """
 
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import importlib
 import json
@@ -41,6 +49,8 @@ from typing import Any, ClassVar
 import torch
 from safetensors.torch import load_file, save_file
 
+from solarwm.camera.se3 import relative_pose, se3_inverse
+from solarwm.rollout.cache import KVCache
 from solarwm.stages.objectives import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
 
 ADAPTER_SCHEMA = "solarwm.adapter/1"
@@ -121,9 +131,20 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     shift: float = 1.0
     #: Leading latent frames that are clean conditions: never noised (sigma 0), never supervised (TI2V: 1).
     clean_latent_frames: int = 0
+    #: Latent frames per causal block (Wan2.2-5B: 3, MiniMax-H3: 5).
+    frames_per_block: int = 3
+    #: Blocks a causal query attends to: its own plus ``window_blocks - 1`` history blocks (no sink).
+    window_blocks: int = 6
+    #: AnyFlow gate of the r-embedding when the flow map is enabled (``enable_flow_map``), else None.
+    flow_map_gate: float | None = None
 
     transformer: torch.nn.Module
     config: Any
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delta_embedding: torch.nn.Module | None = None  # the AnyFlow r-embedding (enable_flow_map)
+        self._flow_map_r: torch.Tensor | None = None  # per-token r of the current call (set by forward)
 
     # ------------------------------------------------------------------ latent geometry
     def valid_num_frames(self, num_frames: int) -> bool:
@@ -212,6 +233,18 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         """Masked MSE of eq. (1) over supervised latent elements, optionally weighted per sample ``[B]``."""
         return masked_mse(prediction, target, mask, weight)
 
+    def latent_cameras(self, c2w: torch.Tensor, K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cameras of the latent frames: c2w ``[B, f, 4, 4]`` float64 and K ``[B, f, 4]`` from per-pixel-frame ones.
+
+        ``c2w [B, F, 4, 4]``, ``K [B, F, 4]``; F may be any valid clip length (an hour-long track too).
+        """
+        if c2w.dim() != 4 or c2w.shape[-2:] != (4, 4) or K.shape != c2w.shape[:2] + (4,):
+            raise AdapterError(
+                f"{self.route}: c2w must be [B, F, 4, 4] and K [B, F, 4]; got {tuple(c2w.shape)}, {tuple(K.shape)}"
+            )
+        idx = self.latent_to_pixel_frame(self.latent_frames(c2w.shape[1])).to(c2w.device)
+        return c2w[:, idx].to(torch.float64), K[:, idx].float()
+
     # ------------------------------------------------------------------ model call
     @abc.abstractmethod
     def forward(
@@ -220,13 +253,99 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         sigma_per_frame: torch.Tensor,
         cond: dict[str, Any],
         attn_mask: torch.Tensor | None = None,
-        kv_cache: Any = None,
+        kv_cache: KVCache | None = None,
+        commit: bool = False,
+        r_per_frame: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Prediction ``[B, C, f, h, w]`` in the native target space for ``x_t`` at ``sigma_per_frame [B, f]``.
 
-        ``attn_mask`` is a dense bool token mask (True = may attend) ``[N, N]`` or ``[B, 1, N, N]`` for
-        causal training; ``kv_cache`` is reserved for rollout and raises ``NotImplementedError`` if given.
+        Without a cache: all ``f`` frames at temporal positions ``0..f-1`` under ``attn_mask`` (a dense bool
+        token mask, True = may attend, ``[N, N]`` or ``[B, 1, N, N]``; None = bidirectional).
+        With ``kv_cache``: ``x_t`` is one block that attends to the cached window and itself at window-local
+        positions; ``commit=True`` appends its K/V and cameras to the cache (the clean block at sigma 0).
+        ``r_per_frame [B, f]``: the flow map's target noise level (needs ``enable_flow_map``; None = sigma).
         """
+
+    @abc.abstractmethod
+    def forward_teacher_forcing(
+        self,
+        x_clean: torch.Tensor,
+        x_noisy: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        cond: dict[str, Any],
+        r_per_frame: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Teacher-forced causal prediction ``[B, C, f, h, w]`` for the noisy copy.
+
+        One call over the layout ``[clean | noisy]`` (clean at sigma 0; both copies share temporal
+        positions and cameras) under the teacher-forcing mask: noisy block i sees clean blocks
+        ``[i - window_blocks + 1, i)`` and itself.
+        """
+
+    def new_cache(self, latent_height: int, latent_width: int) -> KVCache:
+        """An empty sliding-window cache: ``window_blocks - 1`` blocks of history for every layer."""
+        return KVCache(
+            num_layers=self.num_layers,
+            max_frames=(self.window_blocks - 1) * self.frames_per_block,
+            tokens_per_frame=self.tokens_per_frame(latent_height, latent_width),
+        )
+
+    @property
+    def num_layers(self) -> int:
+        """Transformer blocks with a KV-cache slot."""
+        return len(self.transformer.blocks)
+
+    def block_slices(self, num_latent_frames: int) -> list[slice]:
+        """The causal blocks of ``num_latent_frames`` latent frames (the last may be shorter)."""
+        fpb = self.frames_per_block
+        return [slice(s, min(s + fpb, num_latent_frames)) for s in range(0, num_latent_frames, fpb)]
+
+    @staticmethod
+    def window_viewmats(c2w: torch.Tensor, reference: int) -> torch.Tensor:
+        """w2c ``[B, f, 4, 4]`` float32 of c2w ``[B, f, 4, 4]`` re-expressed relative to frame ``reference``.
+
+        PRoPE only sees relative transforms, so this changes nothing in exact arithmetic; done in float64
+        it keeps float32 precision for a camera kilometres away from the world origin.
+        """
+        c2w = c2w.to(torch.float64)
+        return se3_inverse(relative_pose(c2w[:, reference : reference + 1], c2w)).float()
+
+    # ------------------------------------------------------------------ AnyFlow flow map (eq. 2)
+    def time_embedding(self) -> torch.nn.Module:
+        """The pretrained time-embedding MLP whose output the r-embedding is mixed into (route hook)."""
+        raise NotImplementedError(f"{self.route}: this route has no flow-map time embedding")
+
+    def time_features(self, timesteps: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """The input of ``time_embedding()`` for per-token model timesteps shaped like the model's own (route hook)."""
+        raise NotImplementedError(f"{self.route}: this route has no flow-map time embedding")
+
+    def enable_flow_map(self, gate: float = 0.25) -> None:
+        """Add the AnyFlow r-embedding: a copy of the time embedding, mixed in as ``(1-g)·emb(t) + g·delta(r)``.
+
+        At ``r = t`` the model's output is unchanged (the copy equals the original), so stage 2 starts
+        exactly at the stage-1 model.
+        """
+        if not 0.0 < gate < 1.0:
+            raise AdapterError(f"{self.route}: flow-map gate must be in (0, 1), got {gate}")
+        if self.delta_embedding is None:
+            self.delta_embedding = copy.deepcopy(self.time_embedding()).requires_grad_(True)
+            self._flow_map_hook = self.time_embedding().register_forward_hook(self._mix_flow_map)
+        self.flow_map_gate = float(gate)
+
+    def disable_flow_map(self) -> None:
+        """Drop the r-embedding (the DMD student is a plain t-conditioned causal model)."""
+        if self.delta_embedding is not None:
+            self._flow_map_hook.remove()
+            self.delta_embedding = None
+        self.flow_map_gate = None
+
+    def _mix_flow_map(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        if self.delta_embedding is None:
+            return output
+        r = self._flow_map_r
+        features = args[0] if r is None else self.time_features(r, like=args[0])
+        gate = self.flow_map_gate
+        return ((1.0 - gate) * output + gate * self.delta_embedding(features)).type_as(output)
 
     # ------------------------------------------------------------------ parameters
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -257,8 +376,12 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     def _export_extra(self, directory: Path) -> None:
         """Hook: write route-specific frozen parts needed by ``load_adapter`` (e.g. ``vae/``)."""
 
-    def save_adapter(self, directory: str | Path) -> Path:
-        """Write ``transformer/``, ``camera.safetensors`` and ``adapter.json`` atomically into ``directory``."""
+    def save_adapter(self, directory: str | Path, stage: str | None = None) -> Path:
+        """Write ``transformer/``, ``camera.safetensors`` and ``adapter.json`` atomically into ``directory``.
+
+        ``stage`` (``bidirectional``, ``tf_anyflow``, ``dmd``) is recorded so ``solarwm predict`` knows
+        whether the export is a causal model.
+        """
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = directory.with_name(f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -268,7 +391,11 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
             camera = {k: v.detach().cpu().contiguous() for k, v in self.camera_state_dict().items()}
             save_file(camera, str(tmp / "camera.safetensors"))
             self._export_extra(tmp)
-            meta = {"schema": ADAPTER_SCHEMA, "route": self.route, "config": self.config_dict()}
+            meta = {"schema": ADAPTER_SCHEMA, "route": self.route, "config": self.config_dict(), "stage": stage}
+            if self.delta_embedding is not None:
+                delta = {k: v.detach().cpu().contiguous() for k, v in self.delta_embedding.state_dict().items()}
+                save_file(delta, str(tmp / "flow_map.safetensors"))
+                meta["flow_map_gate"] = self.flow_map_gate
             (tmp / "adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             old = None
             if directory.exists():
@@ -311,4 +438,10 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
             raise AdapterError(f"{camera_path} missing in adapter export {directory}")
         adapter = cls.from_export(directory, config, **kwargs)
         adapter.load_camera_state_dict(load_file(str(camera_path)))
+        if meta.get("flow_map_gate") is not None:
+            delta_path = directory / "flow_map.safetensors"
+            if not delta_path.is_file():
+                raise AdapterError(f"{delta_path} missing: adapter.json names a flow map (flow_map_gate)")
+            adapter.enable_flow_map(meta["flow_map_gate"])
+            adapter.delta_embedding.load_state_dict(load_file(str(delta_path)))
         return adapter

@@ -36,8 +36,9 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.backbones.codecs import PatchifyCodec, WanVAECodec
 from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder, zero_padding
-from solarwm.camera.se3 import se3_inverse
-from solarwm.kernels.prope import prope_attention
+from solarwm.backbones.wan_attention import AttentionContext, PRoPEWanAttnProcessor, attach_context
+from solarwm.kernels.masks import causal_mask
+from solarwm.rollout.cache import KVCache
 
 #: Wan2.2 VAE (``Wan-AI/Wan2.2-TI2V-5B-Diffusers/vae/config.json``; diffusers ``convert_wan_to_diffusers``).
 WAN22_VAE_CONFIG: dict[str, Any] = {
@@ -136,93 +137,6 @@ class Wan22TI2V5BConfig:
         )
 
 
-@dataclass
-class CameraCondition:
-    """One forward call's camera state, carried to every self-attention with Wan's rotary embedding."""
-
-    viewmats: torch.Tensor  # w2c per latent frame [B, f, 4, 4]
-    K: torch.Tensor  # pixel intrinsics per latent frame [B, f, 4]
-    image_size: tuple[int, int]  # (W, H) of the pixels K refers to
-    attn_mask: torch.Tensor | None = None  # dense bool token mask, True = may attend
-
-
-class CameraRotary(tuple):
-    """Wan's ``(freqs_cos, freqs_sin)`` tuple with the call's ``CameraCondition`` attached."""
-
-    camera: CameraCondition
-
-
-def _attach_camera(rope: torch.nn.Module, args: tuple, output: tuple) -> tuple:
-    """Forward hook on ``transformer.rope``: wrap its output with the camera set by the adapter."""
-    camera = getattr(rope, "_solarwm_camera", None)
-    if camera is None:
-        return output
-    wrapped = CameraRotary(output)
-    wrapped.camera = camera
-    return wrapped
-
-
-def _apply_wan_rotary(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
-    """Wan's interleaved RoPE on ``x [B, N, H, D]`` (identical to WanAttnProcessor's inner function)."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    cos = freqs_cos[..., 0::2]
-    sin = freqs_sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(x)
-
-
-class PRoPEWanAttnProcessor:
-    """Self-attention processor for ``WanAttention``: WanAttnProcessor's math + fused-PRoPE (§6.1).
-
-    qkv projections -> ``norm_q``/``norm_k`` -> heads -> Wan 3D RoPE -> ``prope_attention`` (camera of each
-    token's latent frame, on ``head_dims``) -> output projection. Parameter-free.
-    """
-
-    def __init__(self, head_dims: tuple[int, int] | None = None) -> None:
-        self.head_dims = slice(*head_dims) if head_dims is not None else None
-
-    def __call__(
-        self,
-        attn: torch.nn.Module,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """``hidden_states [B, N, dim]`` -> ``[B, N, dim]``; cameras come from ``rotary_emb.camera``."""
-        if encoder_hidden_states is not None:
-            raise AdapterError("PRoPEWanAttnProcessor is for self-attention (attn1) only")
-        camera = getattr(rotary_emb, "camera", None)
-        if camera is None:
-            raise AdapterError(
-                "camera condition missing in self-attention: call the adapter (it sets the cameras), "
-                "not the bare transformer"
-            )
-        if getattr(attn, "fused_projections", False):
-            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        else:
-            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
-        query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
-        key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
-        value = value.unflatten(2, (attn.heads, -1))
-        query = _apply_wan_rotary(query, *rotary_emb)
-        key = _apply_wan_rotary(key, *rotary_emb)
-
-        mask = attention_mask if attention_mask is not None else camera.attn_mask
-        # Cameras are per latent frame; tokens are frame-major, so prope_attention applies each
-        # frame's matrix to that frame's tokens (same result as cameras_per_token, without the copy).
-        out = prope_attention(
-            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-            camera.viewmats, camera.K, camera.viewmats, camera.K, camera.image_size,
-            head_dims=self.head_dims, attn_mask=mask,
-        )
-        out = out.transpose(1, 2).flatten(2, 3).type_as(query)
-        out = attn.to_out[0](out)
-        return attn.to_out[1](out)
-
-
 class Wan22TI2V5BAdapter(BackboneAdapter):
     """Backbone adapter of SolarWM-wan2.2-5B (TI2V): clean first-latent anchor, flow target, PRoPE camera.
 
@@ -270,11 +184,10 @@ class Wan22TI2V5BAdapter(BackboneAdapter):
         self.codec.requires_grad_(False).eval()
         if self.text_encoder is not None:
             self.text_encoder.requires_grad_(False).eval()
-        processor = PRoPEWanAttnProcessor(config.camera_head_dims)
-        for block in self.transformer.blocks:
-            block.attn1.set_processor(processor)
-        self.transformer.rope.register_forward_hook(_attach_camera)
-        self.transformer.rope._solarwm_camera = None
+        for index, block in enumerate(self.transformer.blocks):
+            block.attn1.set_processor(PRoPEWanAttnProcessor(config.camera_head_dims, layer_index=index))
+        self.transformer.rope.register_forward_hook(attach_context)
+        self.transformer.rope._solarwm_context = None
 
     # ------------------------------------------------------------------ building
     def _build_codec(self, root: Path | None) -> torch.nn.Module:
@@ -382,68 +295,154 @@ class Wan22TI2V5BAdapter(BackboneAdapter):
         return embeds, mask
 
     def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """Text features + the camera of each latent frame (w2c ``viewmats [B, f, 4, 4]``, ``K [B, f, 4]``)."""
-        c2w, K = batch["c2w"], batch["K"]
-        if c2w.dim() != 4 or c2w.shape[-2:] != (4, 4) or K.shape != c2w.shape[:2] + (4,):
-            raise AdapterError(
-                f"{self.route}: c2w must be [B, F, 4, 4] and K [B, F, 4]; got {tuple(c2w.shape)}, {tuple(K.shape)}"
-            )
-        num_frames = c2w.shape[1]
-        idx = self.latent_to_pixel_frame(self.latent_frames(num_frames)).to(c2w.device)
-        viewmats = se3_inverse(c2w[:, idx].double()).float()
+        """Text features + the camera of each latent frame (c2w ``[B, f, 4, 4]`` float64, pixel ``K [B, f, 4]``)."""
+        c2w, K = self.latent_cameras(batch["c2w"], batch["K"])
         embeds, mask = self.text_features(batch)
+        device = batch["c2w"].device
         return {
-            "text_embeds": embeds.to(c2w.device),
-            "text_mask": mask.to(c2w.device) if mask is not None else None,
-            "viewmats": viewmats,
-            "K": K[:, idx].float(),
+            "text_embeds": embeds.to(device),
+            "text_mask": mask.to(device) if mask is not None else None,
+            "c2w": c2w,
+            "K": K,
             "image_size": self._image_size(batch),
-            "num_frames": num_frames,
+            "num_frames": batch["c2w"].shape[1],
         }
 
     # ------------------------------------------------------------------ model call
+    def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
+        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
+            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
+        b, _, f = x_t.shape[:3]
+        if sigma_per_frame.shape != (b, f):
+            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
+        if cond["c2w"].shape[:2] != (b, f):
+            raise AdapterError(
+                f"{self.route}: cameras cover {tuple(cond['c2w'].shape[:2])} (batch, latent frames), "
+                f"latents are ({b}, {f})"
+            )
+
+    def _run(
+        self,
+        x: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        r_per_frame: torch.Tensor | None,
+        text_embeds: torch.Tensor,
+        context: AttentionContext,
+    ) -> torch.Tensor:
+        """The diffusers transformer on ``x [B, C, f, h, w]``: per-token timesteps ``1000·sigma`` of each frame."""
+        if r_per_frame is not None and self.delta_embedding is None:
+            raise AdapterError(f"{self.route}: r_per_frame given but the flow map is not enabled (enable_flow_map)")
+        tpf = self.tokens_per_frame(*x.shape[-2:])
+        # Per-token timesteps [B, f*h*w/p^2]: Wan2.2 TI2V's expand_timesteps path (anchor tokens get 0).
+        timestep = (sigma_per_frame.float() * self.timestep_scale).repeat_interleave(tpf, dim=1)
+        rope = self.transformer.rope
+        rope._solarwm_context = context
+        if r_per_frame is not None:
+            self._flow_map_r = (r_per_frame.float() * self.timestep_scale).repeat_interleave(tpf, dim=1)
+        dtype = self.transformer.dtype
+        try:
+            out = self.transformer(
+                hidden_states=x.to(dtype), timestep=timestep,
+                encoder_hidden_states=text_embeds.to(dtype), return_dict=False,
+            )[0]
+        finally:
+            rope._solarwm_context = None
+            self._flow_map_r = None
+        return out.to(x.dtype)
+
+    def _native(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
+        """The transformer output as the native flow target (x0-output configs return the velocity)."""
+        if self.config.prediction == "x0":
+            # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
+            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
+            out = (x_t - out) / sigma
+        return out
+
     def forward(
         self,
         x_t: torch.Tensor,
         sigma_per_frame: torch.Tensor,
         cond: dict[str, Any],
         attn_mask: torch.Tensor | None = None,
-        kv_cache: Any = None,
+        kv_cache: KVCache | None = None,
+        commit: bool = False,
+        r_per_frame: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Flow prediction ``[B, C, f, h, w]`` (``eps - x0`` space); per-token timestep ``1000 * sigma`` of its frame."""
-        if kv_cache is not None:
-            raise NotImplementedError(f"{self.route}: KV-cache rollout is not implemented yet")
-        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
-            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
-        b, _, f, h, w = x_t.shape
-        if sigma_per_frame.shape != (b, f):
-            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
-        if cond["viewmats"].shape[:2] != (b, f):
-            raise AdapterError(
-                f"{self.route}: cameras cover {tuple(cond['viewmats'].shape[:2])} (batch, latent frames), "
-                f"latents are ({b}, {f})"
+        """Flow prediction ``[B, C, f, h, w]`` (``eps - x0`` space); see ``BackboneAdapter.forward``."""
+        self._check_input(x_t, sigma_per_frame, cond)
+        f = x_t.shape[2]
+        if kv_cache is None:
+            if commit:
+                raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
+            context = AttentionContext(
+                self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
+                positions=torch.arange(f), attn_mask=attn_mask,
             )
-        tpf = self.tokens_per_frame(h, w)
-        # Per-token timesteps [B, f*h*w/p^2]: Wan2.2 TI2V's expand_timesteps path (anchor tokens get 0).
-        timestep = (sigma_per_frame.float() * self.timestep_scale).repeat_interleave(tpf, dim=1)
-        dtype = self.transformer.dtype
-        rope = self.transformer.rope
-        rope._solarwm_camera = CameraCondition(cond["viewmats"], cond["K"], tuple(cond["image_size"]), attn_mask)
+        else:
+            if attn_mask is not None:
+                raise AdapterError(f"{self.route}: a cached forward takes no attn_mask (the block sees its window)")
+            context = self._cached_context(cond, kv_cache, f, commit)
         try:
-            out = self.transformer(
-                hidden_states=x_t.to(dtype),
-                timestep=timestep,
-                encoder_hidden_states=cond["text_embeds"].to(dtype),
-                return_dict=False,
-            )[0]
-        finally:
-            rope._solarwm_camera = None
-        out = out.to(x_t.dtype)
-        if self.config.prediction == "x0":
-            # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
-            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
-            out = (x_t - out) / sigma
-        return out
+            out = self._run(x_t, sigma_per_frame, r_per_frame, cond["text_embeds"], context)
+        except BaseException:
+            if kv_cache is not None:
+                kv_cache.discard_staged()
+            raise
+        if commit:
+            kv_cache.commit(cond["c2w"], cond["K"])
+        return self._native(out, x_t, sigma_per_frame)
+
+    def _cached_context(self, cond: dict[str, Any], cache: KVCache, f: int, commit: bool) -> AttentionContext:
+        """Window = cached frames then the query block, at positions 0..W-1, cameras relative to the query block."""
+        window_c2w = cond["c2w"] if cache.c2w is None else torch.cat([cache.c2w.to(cond["c2w"].device), cond["c2w"]], 1)
+        window_K = cond["K"] if cache.K is None else torch.cat([cache.K.to(cond["K"].device), cond["K"]], 1)
+        width = window_c2w.shape[1]
+        viewmats = self.window_viewmats(window_c2w, width - f)
+        return AttentionContext(
+            viewmats[:, width - f :], window_K[:, width - f :], tuple(cond["image_size"]),
+            positions=torch.arange(width - f, width), cache=cache, commit=commit,
+            kv_viewmats=viewmats, kv_K=window_K, kv_positions=torch.arange(width),
+        )
+
+    def forward_teacher_forcing(
+        self,
+        x_clean: torch.Tensor,
+        x_noisy: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        cond: dict[str, Any],
+        r_per_frame: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Prediction for ``x_noisy [B, C, f, h, w]`` on ``[clean | noisy]``; see ``BackboneAdapter``."""
+        self._check_input(x_noisy, sigma_per_frame, cond)
+        if x_clean.shape != x_noisy.shape:
+            raise AdapterError(f"{self.route}: clean {tuple(x_clean.shape)} and noisy {tuple(x_noisy.shape)} differ")
+        b, _, f, h, w = x_noisy.shape
+        viewmats = self.window_viewmats(cond["c2w"], 0)
+        mask = causal_mask(
+            "teacher_forcing", f, self.tokens_per_frame(h, w), self.frames_per_block,
+            device=x_noisy.device, max_prior_blocks=self.window_blocks - 1,
+        )
+        positions = torch.arange(f)
+        context = AttentionContext(
+            torch.cat([viewmats, viewmats], 1), torch.cat([cond["K"], cond["K"]], 1), tuple(cond["image_size"]),
+            positions=torch.cat([positions, positions]), attn_mask=mask,
+        )
+        zeros = torch.zeros_like(sigma_per_frame)
+        sigma_full = torch.cat([zeros, sigma_per_frame], 1)
+        # The clean history has r = t = 0 (AnyFlow: r_clean = t_clean).
+        r_full = None if r_per_frame is None else torch.cat([zeros, r_per_frame], 1)
+        out = self._run(torch.cat([x_clean, x_noisy], 2), sigma_full, r_full, cond["text_embeds"], context)
+        return self._native(out[:, :, f:], x_noisy, sigma_per_frame)
+
+    # ------------------------------------------------------------------ AnyFlow flow map
+    def time_embedding(self) -> torch.nn.Module:
+        """Wan's ``condition_embedder.time_embedder`` (feeds every block's AdaLN and the head)."""
+        return self.transformer.condition_embedder.time_embedder
+
+    def time_features(self, timesteps: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Wan's sinusoidal projection of per-token timesteps ``[B, N]`` -> ``[B, N, freq_dim]`` like ``like``."""
+        proj = self.transformer.condition_embedder.timesteps_proj(timesteps.flatten())
+        return proj.unflatten(0, timesteps.shape).to(like.dtype).reshape(like.shape)
 
     # ------------------------------------------------------------------ export
     def _export_extra(self, directory: Path) -> None:

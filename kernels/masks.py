@@ -54,15 +54,19 @@ def frame_causal_mask_mod(tokens_per_frame: int) -> MaskMod:
     return block_causal_mask_mod(tokens_per_frame, 1)
 
 
-def teacher_forcing_mask_mod(num_frames: int, tokens_per_frame: int, frames_per_block: int) -> MaskMod:
+def teacher_forcing_mask_mod(
+    num_frames: int, tokens_per_frame: int, frames_per_block: int, max_prior_blocks: int | None = None
+) -> MaskMod:
     """mask_mod for the teacher-forcing layout ``[clean | noisy]`` of ``2 * num_frames`` frames.
 
-    Clean block k sees clean blocks <= k. Noisy block k sees clean blocks < k and
-    noisy block k itself: never its own clean copy, never the future, never other
-    noisy blocks. Clean tokens never see noisy ones.
+    Clean block k sees clean blocks <= k. Noisy block k sees clean blocks < k (only the last
+    ``max_prior_blocks`` of them when given: the rollout's sliding window) and noisy block k
+    itself: never its own clean copy, never the future, never other noisy blocks. Clean
+    tokens never see noisy ones.
     """
     half = num_frames * tokens_per_frame
     tokens_per_block = tokens_per_frame * frames_per_block
+    horizon = num_frames if max_prior_blocks is None else max_prior_blocks
 
     def mask_mod(b, h, q_idx, kv_idx):
         q_noisy = q_idx >= half
@@ -70,7 +74,7 @@ def teacher_forcing_mask_mod(num_frames: int, tokens_per_frame: int, frames_per_
         q_blk = (q_idx - q_noisy * half) // tokens_per_block
         kv_blk = (kv_idx - kv_noisy * half) // tokens_per_block
         clean_q = ~q_noisy & ~kv_noisy & (kv_blk <= q_blk)
-        noisy_sees_history = q_noisy & ~kv_noisy & (kv_blk < q_blk)
+        noisy_sees_history = q_noisy & ~kv_noisy & (kv_blk < q_blk) & (kv_blk >= q_blk - horizon)
         noisy_sees_itself = q_noisy & kv_noisy & (kv_blk == q_blk)
         return clean_q | noisy_sees_history | noisy_sees_itself
 
@@ -105,11 +109,15 @@ def block_causal_mask(
 
 
 def teacher_forcing_mask(
-    num_frames: int, tokens_per_frame: int, frames_per_block: int, device: torch.device | str | None = None
+    num_frames: int,
+    tokens_per_frame: int,
+    frames_per_block: int,
+    device: torch.device | str | None = None,
+    max_prior_blocks: int | None = None,
 ) -> torch.Tensor:
     """Teacher-forcing mask, bool ``[2*F*T, 2*F*T]`` over the layout ``[clean | noisy]``."""
     _check_sizes(num_frames, tokens_per_frame, frames_per_block)
-    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block)
+    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block, max_prior_blocks)
     return dense_mask(mod, 2 * num_frames * tokens_per_frame, device)
 
 
@@ -155,10 +163,11 @@ def teacher_forcing_block_mask(
     frames_per_block: int,
     device: torch.device | str = "cuda",
     block_size: int = 128,
+    max_prior_blocks: int | None = None,
 ):
     """FlexAttention ``BlockMask`` equivalent of :func:`teacher_forcing_mask`."""
     _check_sizes(num_frames, tokens_per_frame, frames_per_block)
-    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block)
+    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block, max_prior_blocks)
     return flex_block_mask(mod, 2 * num_frames * tokens_per_frame, device, block_size)
 
 
@@ -168,10 +177,12 @@ def causal_mask(
     tokens_per_frame: int,
     frames_per_block: int = 1,
     device: torch.device | str | None = None,
+    max_prior_blocks: int | None = None,
 ):
     """The mask a causal stage should pass to ``attention``: a ``BlockMask`` on CUDA, dense bool elsewhere.
 
-    ``kind`` is one of ``"frame_causal"``, ``"block_causal"``, ``"teacher_forcing"``.
+    ``kind`` is one of ``"frame_causal"``, ``"block_causal"``, ``"teacher_forcing"``;
+    ``max_prior_blocks`` limits the history of teacher-forcing's noisy blocks (the sliding window).
     """
     if kind not in MASK_KINDS:
         raise ValueError(f"causal_mask: unknown kind {kind!r}; expected one of {MASK_KINDS}")
@@ -179,10 +190,8 @@ def causal_mask(
     if kind == "frame_causal":
         build = frame_causal_block_mask if on_cuda else frame_causal_mask
         return build(num_frames, tokens_per_frame, device=device)
-    build = {
-        ("block_causal", True): block_causal_block_mask,
-        ("block_causal", False): block_causal_mask,
-        ("teacher_forcing", True): teacher_forcing_block_mask,
-        ("teacher_forcing", False): teacher_forcing_mask,
-    }[(kind, on_cuda)]
+    if kind == "teacher_forcing":
+        build = teacher_forcing_block_mask if on_cuda else teacher_forcing_mask
+        return build(num_frames, tokens_per_frame, frames_per_block, device=device, max_prior_blocks=max_prior_blocks)
+    build = block_causal_block_mask if on_cuda else block_causal_mask
     return build(num_frames, tokens_per_frame, frames_per_block, device=device)

@@ -1,0 +1,96 @@
+"""The sliding-window KV cache of a causal rollout (no attention sink).
+
+One ``KVCache`` serves every route. Per transformer layer it holds the **un-roped** keys and the
+values of the last ``max_frames`` committed latent frames, ``[B, N, H, D]`` with ``N = frames *
+tokens_per_frame`` (frame-major). Alongside, a rolling camera buffer holds the committed frames'
+c2w ``[B, frames, 4, 4]`` (float64, so an hour-long track kilometres from the origin keeps its
+precision) and pixel K ``[B, frames, 4]``, aligned with the K/V rows.
+
+Keys are stored un-roped because RoPE is applied on every read with *window-local* temporal
+positions (0..W-1, the query block at the tail): a rollout of any length never indexes past the
+RoPE table, and the relative offsets match teacher-forced training.
+
+A forward either reads only (a denoising step) or reads and *commits* (the clean block at sigma 0):
+layers ``stage`` their new K/V while attending; ``commit`` then appends them, with the block's
+cameras, and evicts the oldest frames beyond ``max_frames``. Memory is bounded by ``max_frames``
+whatever the horizon.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCacheError(RuntimeError):
+    """The cache was used against its protocol (a layer staged twice, a commit with nothing staged)."""
+
+
+class KVCache:
+    """Per-layer un-roped K/V of the last ``max_frames`` latent frames plus their cameras."""
+
+    def __init__(self, num_layers: int, max_frames: int, tokens_per_frame: int) -> None:
+        if num_layers < 1 or max_frames < 0 or tokens_per_frame < 1:
+            raise ValueError(
+                f"KVCache: need num_layers >= 1, max_frames >= 0, tokens_per_frame >= 1; "
+                f"got {num_layers}, {max_frames}, {tokens_per_frame}"
+            )
+        self.num_layers, self.max_frames, self.tokens_per_frame = num_layers, max_frames, tokens_per_frame
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.c2w: torch.Tensor | None = None  # [B, frames, 4, 4] float64
+        self.K: torch.Tensor | None = None  # [B, frames, 4]
+        self.committed_frames = 0  # latent frames committed since the start (grows; the cache does not)
+        self._staged: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def frames(self) -> int:
+        """Latent frames currently held (at most ``max_frames``)."""
+        return 0 if self.c2w is None else int(self.c2w.shape[1])
+
+    def layer(self, index: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Cached un-roped ``(keys, values)`` of layer ``index``, each ``[B, N, H, D]`` (None when empty)."""
+        return self.keys[index], self.values[index]
+
+    def stage(self, index: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Hold layer ``index``'s new un-roped K/V ``[B, n, H, D]`` until ``commit``."""
+        if index in self._staged:
+            raise KVCacheError(f"KVCache: layer {index} staged twice before a commit")
+        self._staged[index] = (keys.detach(), values.detach())
+
+    def commit(self, c2w: torch.Tensor, K: torch.Tensor) -> None:
+        """Append the staged K/V of every layer and the block's cameras (c2w ``[B, f, 4, 4]``, K ``[B, f, 4]``)."""
+        if len(self._staged) != self.num_layers:
+            raise KVCacheError(
+                f"KVCache: commit with {len(self._staged)} of {self.num_layers} layers staged "
+                "(the commit forward must run every layer with commit=True)"
+            )
+        new_frames = c2w.shape[1]
+        keep = self.max_frames
+        for index in range(self.num_layers):
+            k_new, v_new = self._staged[index]
+            if k_new.shape[1] != new_frames * self.tokens_per_frame:
+                raise KVCacheError(
+                    f"KVCache: layer {index} staged {k_new.shape[1]} tokens for {new_frames} frames "
+                    f"of {self.tokens_per_frame} tokens"
+                )
+            self.keys[index] = self._roll(self.keys[index], k_new, keep * self.tokens_per_frame)
+            self.values[index] = self._roll(self.values[index], v_new, keep * self.tokens_per_frame)
+        self.c2w = self._roll(self.c2w, c2w.detach().to(torch.float64), keep)
+        self.K = self._roll(self.K, K.detach(), keep)
+        self.committed_frames += new_frames
+        self._staged.clear()
+
+    def discard_staged(self) -> None:
+        """Drop staged K/V (a forward that failed half-way must not leave half a commit behind)."""
+        self._staged.clear()
+
+    @staticmethod
+    def _roll(old: torch.Tensor | None, new: torch.Tensor, keep: int) -> torch.Tensor:
+        """``cat(old, new)`` along dim 1, keeping the last ``keep`` rows (a fresh tensor, so memory stays flat)."""
+        both = new if old is None else torch.cat([old, new], dim=1)
+        return both[:, max(0, both.shape[1] - keep):].clone() if keep > 0 else both[:, :0].clone()
+
+    def nbytes(self) -> int:
+        """Bytes held by cached K/V and cameras (for the rollout's memory report)."""
+        tensors = [t for t in self.keys + self.values + [self.c2w, self.K] if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
