@@ -44,7 +44,7 @@ import json
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -180,6 +180,14 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     @abc.abstractmethod
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, F, H, W]`` in [-1, 1]."""
+
+    def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A decoder of consecutive latent blocks ``[B, C, n, h, w]`` of one clip -> their video frames.
+
+        Concatenated, its outputs equal ``decode`` of the whole clip; memory does not grow with the
+        number of blocks (causal codecs keep one continuous cache). Route hook.
+        """
+        raise NotImplementedError(f"{self.route}: streaming decode is not implemented")
 
     # ------------------------------------------------------------------ conditions
     @abc.abstractmethod

@@ -8,6 +8,7 @@ frame ``t*i`` and ``latent_to_pixel_frame`` is the same for either codec.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -57,8 +58,8 @@ class PatchifyCodec(torch.nn.Module):
         x = x.permute(0, 1, 3, 5, 7, 2, 4, 6)  # b, c, t, dy, dx, f, h, w
         return x.reshape(b, self.latent_channels, f, height // s, width // s) * self.scale
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Exact inverse of ``encode``: ``[B, 3*t*s*s, f, h, w]`` -> ``[B, 3, t*(f-1) + 1, h*s, w*s]``."""
+    def _unfold(self, latents: torch.Tensor) -> torch.Tensor:
+        """``[B, 3*t*s*s, f, h, w]`` -> pixel groups ``[B, 3, f, t, h*s, w*s]`` (latent i holds t frames)."""
         t, s = self.temporal_compression, self.spatial_compression
         if latents.dim() != 5 or latents.shape[1] != self.latent_channels:
             raise CodecError(
@@ -66,13 +67,33 @@ class PatchifyCodec(torch.nn.Module):
             )
         b, _, f, h, w = latents.shape
         x = (latents / self.scale).reshape(b, 3, t, s, s, f, h, w).permute(0, 1, 5, 2, 6, 3, 7, 4)  # b, c, f, t, h, dy, w, dx
-        x = x.reshape(b, 3, f, t, h * s, w * s)
+        return x.reshape(b, 3, f, t, h * s, w * s)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Exact inverse of ``encode``: ``[B, 3*t*s*s, f, h, w]`` -> ``[B, 3, t*(f-1) + 1, h*s, w*s]``."""
+        x = self._unfold(latents)
+        b, _, f, t, height, width = x.shape
         first = x[:, :, 0]  # [B, 3, t, H, W]: the repeated first frame
         while first.shape[2] > 1 and first.shape[2] % 2 == 0:
             first = first[:, :, 0::2] + first[:, :, 1::2]
         first = first.sum(dim=2, keepdim=True) / t
-        rest = x[:, :, 1:].reshape(b, 3, (f - 1) * t, h * s, w * s)
+        rest = x[:, :, 1:].reshape(b, 3, (f - 1) * t, height, width)
         return torch.cat([first, rest], dim=2)
+
+    def stream_decoder(self) -> "Callable[[torch.Tensor], torch.Tensor]":
+        """A decoder for consecutive latent blocks of one clip: the first block holds latent 0 (1 frame),
+        every later latent gives ``t`` frames. Concatenated, the outputs equal ``decode`` of the whole clip."""
+        state = {"first": True}
+
+        def decode_block(latents: torch.Tensor) -> torch.Tensor:
+            if state["first"]:
+                state["first"] = False
+                return self.decode(latents)
+            x = self._unfold(latents)
+            b, _, f, t, height, width = x.shape
+            return x.reshape(b, 3, f * t, height, width)
+
+        return decode_block
 
 
 class WanVAECodec(torch.nn.Module):
@@ -104,3 +125,34 @@ class WanVAECodec(torch.nn.Module):
         """Normalised latents ``[B, z_dim, f, h, w]`` -> ``video [B, 3, 4(f-1) + 1, 16h, 16w]`` in [-1, 1]."""
         z = latents.float() * self.latents_std + self.latents_mean
         return self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0].float().clamp(-1.0, 1.0)
+
+    def stream_decoder(self) -> "Callable[[torch.Tensor], torch.Tensor]":
+        """A decoder for consecutive latent blocks of one clip that keeps one continuous causal-VAE cache.
+
+        It runs ``AutoencoderKLWan``'s own per-latent-frame decode loop (``_decode``) without clearing the
+        feature cache between blocks, so memory stays flat over any length and the concatenated output
+        equals ``decode`` of the whole clip. (Spatial tiling is not applied: frames are decoded whole.)
+        """
+        from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
+
+        vae = self.vae
+        vae.clear_cache()
+        state = {"index": 0}
+
+        def decode_block(latents: torch.Tensor) -> torch.Tensor:
+            z = (latents.float() * self.latents_std + self.latents_mean).to(vae.dtype)
+            x = vae.post_quant_conv(z)
+            frames = []
+            for i in range(x.shape[2]):
+                vae._conv_idx = [0]
+                frames.append(vae.decoder(
+                    x[:, :, i : i + 1], feat_cache=vae._feat_map, feat_idx=vae._conv_idx,
+                    first_chunk=state["index"] == 0,
+                ))
+                state["index"] += 1
+            out = torch.cat(frames, 2)
+            if vae.config.patch_size is not None:
+                out = unpatchify(out, patch_size=vae.config.patch_size)
+            return out.float().clamp(-1.0, 1.0)
+
+        return decode_block

@@ -28,7 +28,7 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
@@ -265,6 +265,11 @@ class Wan22TI2V5BAdapter(BackboneAdapter):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, 4(f-1) + 1, H, W]`` in [-1, 1]."""
         return self.codec.decode(latents).clamp(-1.0, 1.0)
+
+    def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Block-by-block decode of one clip (the Wan VAE keeps its causal cache across blocks)."""
+        decode_block = self.codec.stream_decoder()
+        return lambda latents: decode_block(latents).clamp(-1.0, 1.0)
 
     # ------------------------------------------------------------------ conditions
     def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:

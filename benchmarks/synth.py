@@ -14,7 +14,8 @@ import json
 import tempfile
 import time
 
-from solarwm.data.sources.synthetic import _parse_size, synth_corpus
+from solarwm.cli import parse_size
+from solarwm.data.sources.synthetic import synth_corpus
 
 
 def run(clips: int, frames: int, width: int, height: int, workers: int, bad_fraction: float) -> dict:
@@ -47,7 +48,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--bad-fraction", type=float, default=0.0)
     a = p.parse_args()
-    width, height = _parse_size(a.size)
+    width, height = parse_size(a.size)
     base = run(a.clips, a.frames, width, height, 1, a.bad_fraction)
     print(json.dumps(base))
     if a.workers > 1:

@@ -32,9 +32,10 @@ class AdapterExport(Callback):
         if not trainer.is_global_zero:
             return
         target = self.resolve_dirpath(trainer)
+        stage = getattr(pl_module, "stage_name", None) or None
         if self.use_ema:
             with maybe_ema(trainer, pl_module):
-                self.exported = adapter.save_adapter(target)
+                self.exported = adapter.save_adapter(target, stage=stage)
         else:
-            self.exported = adapter.save_adapter(target)
+            self.exported = adapter.save_adapter(target, stage=stage)
         rank_zero_info(f"AdapterExport: wrote {self.exported}")

@@ -26,12 +26,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.data import default_collate
 
 from solarwm.callbacks.ema import maybe_ema
-
-
-def to_uint8_frames(video: torch.Tensor) -> np.ndarray:
-    """``[3, F, H, W]`` in [-1, 1] → uint8 ``[F, H, W, 3]``."""
-    x = ((video.detach().float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-    return x.permute(1, 2, 3, 0).cpu().numpy()
+from solarwm.data.video import to_uint8_frames
 
 
 def gif_image_summary(tag: str, frames: np.ndarray, fps: float):

@@ -1,9 +1,15 @@
 """The ``solarwm`` entry point.
 
 ``solarwm fit|validate|test|predict --config recipes/<name>.yaml`` runs a training stage
-through LightningCLI; ``solarwm data <verb>`` runs the data engine. Each data verb is a plain
-typed function (jsonargparse builds its options from the signature and docstring), imported
-only when called so that ``solarwm data synth`` does not import the model stack.
+through LightningCLI; ``solarwm data <verb>`` runs the data engine and ``solarwm camera <verb>``
+the camera tools. Each group verb is a plain typed function (jsonargparse builds its options
+from the signature and docstring), imported only when called so that ``solarwm data synth``
+does not import the model stack.
+
+An expected error (a bad path, a bad value, corrupt input: `OSError`, `ValueError` and any
+error class the project defines) ends the command with one line on stderr,
+``solarwm <verb>: error: <message>``, and exit status 2; ``--debug`` anywhere in the command
+line lets it propagate with its traceback. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ DATA_VERBS: dict[str, tuple[str, str]] = {
     "recipe": ("solarwm.data.recipe:recipe_command", "build train/test recipe indices from a release"),
     "report": ("solarwm.data.report:report_command", "figures and an HTML page of a corpus or release"),
 }
+CAMERA_VERBS: dict[str, tuple[str, str]] = {
+    "trajectory": ("solarwm.camera.cli:trajectory_command", "write a long procedural camera trajectory (.json/.npz)"),
+}
+GROUPS: dict[str, dict[str, tuple[str, str]]] = {"data": DATA_VERBS, "camera": CAMERA_VERBS}
 TRAIN_VERBS = ("fit", "validate", "test", "predict")
 
 
@@ -32,9 +42,21 @@ def _load(target: str) -> Callable:
 
 def _usage() -> str:
     lines = ["usage: solarwm {fit,validate,test,predict} --config recipes/<name>.yaml [...]",
-             "       solarwm data <verb> [--help]", "", "data verbs:"]
-    lines += [f"  {verb:<9} {help_}" for verb, (_, help_) in DATA_VERBS.items()]
+             "       solarwm data <verb> [--help]",
+             "       solarwm camera <verb> [--help]",
+             "       --debug anywhere: show the traceback of an error instead of one line"]
+    for group, verbs in GROUPS.items():
+        lines += ["", f"{group} verbs:"] + [f"  {verb:<10} {help_}" for verb, (_, help_) in verbs.items()]
     return "\n".join(lines)
+
+
+def parse_size(size: str) -> tuple[int, int]:
+    """``"WIDTHxHEIGHT"`` → ``(width, height)`` in pixels, for the ``--size`` options."""
+    try:
+        w, h = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 64x64), got {size!r}") from None
+    return w, h
 
 
 def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
@@ -62,36 +84,64 @@ def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
     return [given[n] for n in required if n in given] + rest
 
 
-def data_main(argv: Sequence[str]) -> int:
-    """Dispatch ``solarwm data <verb> ...`` to the verb's function via jsonargparse."""
+def group_main(group: str, argv: Sequence[str]) -> int:
+    """Dispatch ``solarwm <group> <verb> ...`` to the verb's function via jsonargparse."""
     from jsonargparse import CLI
 
+    verbs = GROUPS[group]
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
     verb, rest = argv[0], list(argv[1:])
-    if verb not in DATA_VERBS:
-        print(f"solarwm data: unknown verb {verb!r}\n\n{_usage()}", file=sys.stderr)
+    if verb not in verbs:
+        print(f"solarwm {group}: unknown verb {verb!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    if verb == "inspect" and rest and not rest[0].startswith("-"):
+    if (group, verb) == ("data", "inspect") and rest and not rest[0].startswith("-"):
         rest = ["--path", rest[0]] + rest[1:]  # `inspect PATH` reads naturally as a positional
-    fn = _load(DATA_VERBS[verb][0])
-    result = CLI(fn, args=_normalise_args(fn, rest), prog=f"solarwm data {verb}")
+    fn = _load(verbs[verb][0])
+    result = CLI(fn, args=_normalise_args(fn, rest), prog=f"solarwm {group} {verb}")
     return int(result or 0)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0
-    if argv[0] == "data":
-        return data_main(argv[1:])
+def is_expected_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's problem (reported in one line) rather than a bug (traceback).
+
+    Expected: `OSError` (missing or unreadable files), `ValueError` (bad values, corrupt input;
+    most project errors derive from it) and every error class defined in the ``solarwm``
+    packages, found by module name so that checking never imports torch for the ones in
+    backbones/kernels/stages (e.g. `AdapterError`, a `RuntimeError`).
+    """
+    if isinstance(exc, (OSError, ValueError)):
+        return True
+    return any(cls.__module__.split(".")[0] == "solarwm" for cls in type(exc).__mro__)
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv[0] in GROUPS:
+        return group_main(argv[0], argv[1:])
     if argv[0] in TRAIN_VERBS:
         return int(_load("solarwm.train_cli:main")(argv) or 0)
     print(f"solarwm: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
     return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: dispatch, and report an expected error in one line (exit 2) unless ``--debug``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    command = " ".join(argv[:2]) if argv[0] in GROUPS and len(argv) > 1 else argv[0]
+    try:
+        return _dispatch(argv)
+    except Exception as e:
+        if debug or not is_expected_error(e):
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"solarwm {command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -109,27 +109,60 @@ def _stage_from_recipe(recipe: dict[str, Any], config: str, adapter: Any = None)
 
 
 def _load_checkpoint(module: LightningModule, checkpoint: Path, use_ema: bool) -> bool:
-    """Load a Lightning checkpoint's weights (and its EMA average if asked and present) into ``module``."""
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"{checkpoint}: checkpoint not found")
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    if "state_dict" not in state:
-        raise ValueError(f"{checkpoint}: not a Lightning checkpoint (no state_dict)")
-    result = module.load_state_dict(state["state_dict"], strict=False)
+    """Load a Lightning checkpoint (its EMA average if asked and present) into the recipe's ``module``.
+
+    A checkpoint tagged with another stage or route is refused with a message naming both.
+    """
+    from solarwm.stages.checkpoints import StageCheckpointError, checkpoint_stage, module_state, read_checkpoint
+
+    state = read_checkpoint(checkpoint)
+    tag = checkpoint_stage(state)
+    stage = getattr(module, "stage_name", None)
+    route = getattr(getattr(module, "adapter", None), "route", None)
+    if tag.get("stage") and stage and tag["stage"] != stage:
+        raise StageCheckpointError(f"{checkpoint} is a {tag['stage']!r} checkpoint; the recipe builds stage {stage!r}")
+    if tag.get("route") and route and tag["route"] != route:
+        raise StageCheckpointError(f"{checkpoint} holds route {tag['route']!r}; the recipe builds route {route!r}")
+    weights, ema_used = module_state(state, use_ema)
+    result = module.load_state_dict(weights, strict=False)
     if result.missing_keys or result.unexpected_keys:
-        raise ValueError(
+        raise StageCheckpointError(
             f"{checkpoint} does not match the recipe's model {type(module).__name__} "
             f"({type(getattr(module, 'adapter', module)).__name__}): "
             f"{len(result.missing_keys)} missing keys (e.g. {result.missing_keys[:3]}), "
             f"{len(result.unexpected_keys)} unexpected keys (e.g. {result.unexpected_keys[:3]})"
         )
-    shadow = next((s["shadow"] for k, s in state.get("callbacks", {}).items() if k.startswith("EMA") and "shadow" in s), None)
-    if use_ema and shadow:
-        params = dict(module.named_parameters())
-        with torch.no_grad():
-            for name, value in shadow.items():
-                params[name].copy_(value.to(params[name].dtype))
-    return bool(use_ema and shadow)
+    return ema_used
+
+
+CAUSAL_STAGES = ("tf_anyflow", "dmd")
+
+
+def _build_generator(
+    recipe: dict[str, Any], config: str | None, checkpoint: str | None, adapter: str | None, use_ema: bool
+) -> tuple[Any, bool, bool]:
+    """``(module or adapter, causal, ema_used)`` from ``--checkpoint`` + ``--config`` or ``--adapter``."""
+    from solarwm.backbones.base import load_adapter, read_adapter_json
+
+    if adapter is not None:
+        meta = read_adapter_json(adapter)
+        loaded = load_adapter(adapter)
+        if meta.get("stage") in CAUSAL_STAGES:
+            return loaded, True, False
+        if config is not None:
+            return _stage_from_recipe(recipe, config, adapter=loaded), False, False
+        from solarwm.stages.bidirectional import BidirectionalModule
+
+        return BidirectionalModule(adapter=loaded), False, False
+    if "model" in recipe and "init_from" in (recipe["model"].get("init_args") or {}):
+        # The checkpoint replaces every weight, so the recipe's own init_from is not read.
+        init_args = dict(recipe["model"]["init_args"], init_from=None)
+        recipe = dict(recipe, model=dict(recipe["model"], init_args=init_args))
+    module = _stage_from_recipe(recipe, config)
+    ema_used = _load_checkpoint(module, Path(checkpoint), use_ema)
+    if getattr(module, "causal", False):
+        return module.adapter, True, ema_used
+    return module, False, ema_used
 
 
 def predict(
@@ -143,29 +176,35 @@ def predict(
     num_frames: int | None = None,
     width: int | None = None,
     height: int | None = None,
-    num_steps: int = 20,
+    num_steps: int | None = None,
     seed: int = 0,
     use_ema: bool = True,
+    progress: bool = True,
 ) -> int:
-    """Generate a clip from a first frame, a caption and a camera trajectory into an mp4.
+    """Generate video from a first frame, a caption and a camera trajectory into an mp4.
+
+    A bidirectional (stage-1) model generates one clip; a causal (stage-2/3) model rolls out block by
+    block on its sliding-window KV cache, for any length the trajectory covers, decoding and writing
+    the mp4 as it goes (flat memory).
 
     Args:
         first_frame: an image file, or a canonical clip folder whose first frame is used.
-        trajectory: a camera trajectory file (.json or .npz, `solarwm.camera.trajectory`).
-        output: the mp4 to write.
+        trajectory: a camera trajectory file (.json or .npz; `solarwm camera trajectory` writes long ones).
+        output: the mp4 to write (only written when generation succeeds).
         caption: the text prompt.
         config: the recipe YAML (its `model` builds the stage; its `data` gives the clip geometry).
         checkpoint: a Lightning checkpoint of that recipe (needs --config).
         adapter: an exported adapter folder (`AdapterExport` / `save_adapter`), instead of --checkpoint.
-        num_frames: frames to generate (default: the recipe's data.num_frames, else the trajectory's length).
+        num_frames: frames to generate (default: the trajectory's length for a causal model, else the
+            recipe's data.num_frames, else the trajectory's length); must follow the route's frame rule.
         width: output width (default: the recipe's data.width, else the trajectory's).
         height: output height (default: the recipe's data.height, else the trajectory's).
-        num_steps: sampler steps.
-        seed: noise seed.
+        num_steps: sampler steps (default: 4 per block for a causal model, 20 for a bidirectional one).
+        seed: noise seed (the same seed gives the same video).
         use_ema: use the checkpoint's EMA average when it has one.
+        progress: show a progress bar with generated frames per second.
     """
     from solarwm.camera.trajectory import load_trajectory
-    from solarwm.data.video import write_video
     from solarwm.datamodules.clips import fit_intrinsics, resize_crop
 
     if (checkpoint is None) == (adapter is None):
@@ -175,51 +214,49 @@ def predict(
     recipe = _recipe(config)
     data_args = (recipe.get("data") or {}).get("init_args") or {}
     traj = load_trajectory(trajectory)
-    num_frames = num_frames or data_args.get("num_frames") or len(traj)
+    image = _first_frame(Path(first_frame))
+    generator_model, causal, ema_used = _build_generator(recipe, config, checkpoint, adapter, use_ema)
+    route = generator_model if causal else getattr(generator_model, "adapter", None)
+    num_frames = num_frames or (len(traj) if causal else data_args.get("num_frames") or len(traj))
     width = width or data_args.get("width") or traj.width
     height = height or data_args.get("height") or traj.height
-    if len(traj) < num_frames:
-        raise ValueError(f"{trajectory}: trajectory has {len(traj)} frames, the clip needs {num_frames} (no padding)")
-
-    if adapter is not None:
-        from solarwm.backbones.base import load_adapter
-
-        loaded = load_adapter(adapter)
-        if config is not None:
-            module = _stage_from_recipe(recipe, config, adapter=loaded)
-        else:
-            from solarwm.stages.bidirectional import BidirectionalModule
-
-            module = BidirectionalModule(adapter=loaded)
-        ema_used = False
-    else:
-        module = _stage_from_recipe(recipe, config)
-        ema_used = _load_checkpoint(module, Path(checkpoint), use_ema)
-    route = getattr(module, "adapter", None)
     if route is not None and not route.valid_num_frames(num_frames):
-        raise ValueError(f"predict: {num_frames} frames is not a valid clip length for {type(route).__name__}")
-
-    image = torch.from_numpy(_first_frame(Path(first_frame))).permute(2, 0, 1)[None]  # [1,3,H,W]
-    image, _ = resize_crop(image, np.zeros((1, 4)), width, height)
-    K = fit_intrinsics(traj.K[:num_frames], traj.width, traj.height, width, height)
-    module.eval()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        video = module.generate(
-            first_frame=(image / 127.5 - 1.0).clamp(-1, 1),
-            caption=[caption],
-            c2w=torch.as_tensor(traj.c2w[:num_frames], dtype=torch.float32)[None],
-            K=torch.as_tensor(K, dtype=torch.float32)[None],
-            num_steps=num_steps,
-            generator=generator,
+        raise ValueError(
+            f"predict: --num_frames {num_frames} is not a valid length for route {route.route} "
+            f"(needs {route.temporal_compression}*n + 1)"
         )
-    frames = ((video[0].float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(1, 2, 3, 0).numpy()
+    if len(traj) < num_frames:
+        raise ValueError(f"{trajectory}: trajectory has {len(traj)} frames, --num_frames is {num_frames} (no padding)")
+
+    frame = torch.from_numpy(image).permute(2, 0, 1)[None]  # [1,3,H,W]
+    frame, _ = resize_crop(frame, np.zeros((1, 4)), width, height)
+    first = (frame / 127.5 - 1.0).clamp(-1, 1)
+    c2w = torch.as_tensor(traj.c2w[:num_frames], dtype=torch.float64)[None]
+    K = torch.as_tensor(fit_intrinsics(traj.K[:num_frames], traj.width, traj.height, width, height), dtype=torch.float32)[None]
+    generator = torch.Generator().manual_seed(seed)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_video(out, frames, traj.fps)
+    if causal:
+        from solarwm.rollout.engine import write_rollout
+
+        solver = "flowmap" if route.delta_embedding is not None else "renoise"
+        stats = write_rollout(route.eval(), first, c2w, K, caption, out, traj.fps, num_steps or 4, solver,
+                              generator, progress=progress)
+    else:
+        from solarwm.data.video import to_uint8_frames, write_video
+
+        generator_model.eval()
+        with torch.no_grad():
+            video = generator_model.generate(
+                first_frame=first, caption=[caption], c2w=c2w.float(), K=K,
+                num_steps=num_steps or 20, generator=generator,
+            )
+        frames = to_uint8_frames(video[0])
+        write_video(out, frames, traj.fps)
+        stats = {"num_frames": int(frames.shape[0])}
     print(json.dumps({
-        "output": str(out), "num_frames": int(frames.shape[0]), "width": width, "height": height,
-        "fps": traj.fps, "weights": checkpoint or adapter, "ema": ema_used,
+        "output": str(out), "width": width, "height": height, "fps": traj.fps, "causal": causal,
+        "weights": checkpoint or adapter, "ema": ema_used, **stats,
     }))
     return 0
 

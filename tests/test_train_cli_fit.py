@@ -17,9 +17,9 @@ from solarwm.train_cli import main
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
-def _tiny_recipe(root: Path, **adapter_init) -> Path:
-    """tiny_bid.yaml shrunk to 2 steps on 3 rendered 9-frame clips (rendered by the datamodule itself)."""
-    doc = yaml.safe_load((RECIPES / "tiny_bid.yaml").read_text())
+def _tiny_recipe(root: Path, recipe: str = "tiny_bid.yaml", corpus: Path | None = None, **adapter_init) -> Path:
+    """A tiny recipe shrunk to 2 steps on 3 rendered 9-frame clips (rendered by the datamodule itself)."""
+    doc = yaml.safe_load((RECIPES / recipe).read_text())
     doc["trainer"].update(max_steps=2, val_check_interval=2, log_every_n_steps=1, default_root_dir=str(root))
     doc["trainer"]["logger"]["init_args"]["save_dir"] = str(root)
     for cb in doc["trainer"]["callbacks"]:
@@ -31,8 +31,10 @@ def _tiny_recipe(root: Path, **adapter_init) -> Path:
         elif cb["class_path"].endswith("ModelCheckpoint"):
             args.update(dirpath=str(root / "checkpoints"), every_n_train_steps=2)
     doc["model"]["init_args"]["adapter"]["init_args"].update(adapter_init)
-    doc["data"]["init_args"].update(corpus_dir=str(root / "corpus"), num_frames=5, width=32, height=32, num_val_clips=1)
+    corpus = corpus or root / "corpus"
+    doc["data"]["init_args"].update(corpus_dir=str(corpus), num_frames=5, width=32, height=32, num_val_clips=1)
     doc["data"]["init_args"]["synth"].update(clips=3, frames=9, width=48, height=32)
+    root.mkdir(parents=True, exist_ok=True)
     path = root / "recipe.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -80,7 +82,7 @@ def test_predict_from_checkpoint_and_from_export(run: Path, capsys) -> None:
 
 def test_predict_short_trajectory_is_an_error(run: Path) -> None:
     """A 4-frame trajectory for a 5-frame clip is refused (no padding)."""
-    with pytest.raises(ValueError, match="trajectory has 4 frames, the clip needs 5"):
+    with pytest.raises(ValueError, match="trajectory has 4 frames, --num_frames is 5"):
         main(["predict", "--config", str(run / "recipe.yaml"), "--checkpoint", str(run / "checkpoints" / "last.ckpt"),
               "--first_frame", str(iter_clip_dirs(run / "corpus")[0]), "--trajectory", str(run / "short.json"),
               "--output", str(run / "never.mp4")])

@@ -126,16 +126,24 @@ def zoom(steps: int, factor: float = 1.5) -> Segment:
     return Segment(steps, log_zoom=math.log(factor))
 
 
+def heading_rotations(yaw_deg: np.ndarray, pitch_deg: np.ndarray) -> np.ndarray:
+    """OpenCV camera-to-world rotations ``[N, 3, 3]`` for headings in degrees (world z up, no roll)."""
+    yaw = np.radians(np.asarray(yaw_deg, dtype=np.float64))
+    pitch = np.radians(np.asarray(pitch_deg, dtype=np.float64))
+    if (np.abs(np.cos(pitch)) < 1e-6).any():
+        raise ValueError("pitch of ±90° has no defined right vector")
+    cy, sy, cp, sp = np.cos(yaw), np.sin(yaw), np.cos(pitch), np.sin(pitch)
+    z = np.stack([cp * cy, cp * sy, sp], axis=-1)
+    x = np.stack([sy, -cy, np.zeros_like(yaw)], axis=-1)  # cross(z, up), already unit length
+    y = np.cross(z, x)
+    return np.stack([x, y, z], axis=-1)  # columns: right, down, forward
+
+
 def heading_c2w(position: Sequence[float], yaw_deg: float, pitch_deg: float) -> np.ndarray:
     """OpenCV c2w ``[4, 4]`` at ``position`` with the given heading (world z up, no roll)."""
-    yaw, pitch = math.radians(yaw_deg), math.radians(pitch_deg)
-    if abs(math.cos(pitch)) < 1e-6:
-        raise ValueError("pitch of ±90° has no defined right vector")
-    z = np.array([math.cos(pitch) * math.cos(yaw), math.cos(pitch) * math.sin(yaw), math.sin(pitch)])
-    x = np.array([math.sin(yaw), -math.cos(yaw), 0.0])  # cross(z, up), already unit length
-    y = np.cross(z, x)
     T = np.eye(4)
-    T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = x, y, z, np.asarray(position, dtype=np.float64)
+    T[:3, :3] = heading_rotations(np.array([yaw_deg]), np.array([pitch_deg]))[0]
+    T[:3, 3] = np.asarray(position, dtype=np.float64)
     return T
 
 
@@ -171,20 +179,21 @@ def compose_segments(
         raise ValueError("compose_segments needs at least one segment")
     inc = _blend(np.concatenate([s.increments() for s in segments]), blend_steps)
     f0 = width / (2.0 * math.tan(math.radians(fov_x_deg) / 2.0))
-    pos = np.asarray(start, dtype=np.float64).copy()
-    yaw, pitch, log_zoom = float(start_yaw), float(start_pitch), 0.0
-    c2w = [heading_c2w(pos, yaw, pitch)]
-    zooms = [1.0]
-    for d_fwd, d_right, d_up, d_yaw, d_pitch, d_zoom in inc:
-        # Translate with the mid-step heading so turning while moving follows a smooth arc.
-        mid = heading_c2w(pos, yaw + 0.5 * d_yaw, pitch + 0.5 * d_pitch)
-        pos = pos + d_fwd * mid[:3, 2] + d_right * mid[:3, 0] + d_up * np.array([0.0, 0.0, 1.0])
-        yaw, pitch, log_zoom = yaw + d_yaw, pitch + d_pitch, log_zoom + d_zoom
-        c2w.append(heading_c2w(pos, yaw, pitch))
-        zooms.append(math.exp(log_zoom))
-    z = np.asarray(zooms)
+    # Vectorised over frames (an hour of frames takes milliseconds): headings are running sums,
+    # and each step translates with the mid-step heading so turning while moving follows an arc.
+    yaw = np.cumsum(np.concatenate([[float(start_yaw)], inc[:, 3]]))
+    pitch = np.cumsum(np.concatenate([[float(start_pitch)], inc[:, 4]]))
+    mid = heading_rotations(yaw[:-1] + 0.5 * inc[:, 3], pitch[:-1] + 0.5 * inc[:, 4])
+    steps = inc[:, :1] * mid[:, :, 2] + inc[:, 1:2] * mid[:, :, 0]
+    steps[:, 2] += inc[:, 2]  # "up" is world up, not the camera's
+    pos = np.cumsum(np.concatenate([np.asarray(start, dtype=np.float64)[None], steps]), axis=0)
+    c2w = np.zeros((len(pos), 4, 4))
+    c2w[:, :3, :3] = heading_rotations(yaw, pitch)
+    c2w[:, :3, 3] = pos
+    c2w[:, 3, 3] = 1.0
+    z = np.exp(np.cumsum(np.concatenate([[0.0], inc[:, 5]])))
     K = np.stack([f0 * z, f0 * z, np.full_like(z, width / 2.0), np.full_like(z, height / 2.0)], axis=1)
-    return Trajectory(np.stack(c2w), K, float(fps), int(width), int(height))
+    return Trajectory(c2w, K, float(fps), int(width), int(height))
 
 
 def save_trajectory(traj: Trajectory, path: str | Path) -> Path:

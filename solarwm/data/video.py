@@ -36,43 +36,139 @@ def rgb_to_yuv420p(frame: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.concatenate(planes, axis=0)), 0, 255).astype(np.uint8)
 
 
-def _encode(container: Any, frames: np.ndarray, fps: float, crf: int) -> None:
-    stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
-    stream.width, stream.height = frames.shape[2], frames.shape[1]
-    stream.pix_fmt = "yuv420p"
-    # Deterministic output: fixed x264 options, one thread (frame threading reorders bits).
-    stream.options = {"crf": str(crf), "preset": "medium", "threads": "1"}
-    stream.codec_context.thread_count = 1
-    for frame in frames:
-        for packet in stream.encode(av.VideoFrame.from_ndarray(rgb_to_yuv420p(frame), format="yuv420p")):
-            container.mux(packet)
-    for packet in stream.encode():
-        container.mux(packet)
+class _H264Stream:
+    """The one encoder path: uint8 RGB chunks → H.264 yuv420p packets muxed into ``container``.
+
+    Deterministic output: fixed x264 options, one thread (frame threading reorders bits) and
+    the numpy colour conversion of `rgb_to_yuv420p` (one known gap: at some small frame sizes
+    with motion, e.g. 64x48, libx264's asm mb-tree path gives run-to-run different bytes).
+    Each frame is converted, encoded and muxed as it arrives, so memory does not grow with
+    the number of frames.
+    """
+
+    def __init__(self, container: Any, fps: float, crf: int, name: str) -> None:
+        self.container, self.fps, self.crf, self.name = container, fps, crf, name
+        self.stream: Any = None
+        self.num_frames = 0
+
+    def write(self, frames: np.ndarray) -> None:
+        """Encode a uint8 ``[n, H, W, 3]`` chunk; the first non-empty chunk fixes H and W."""
+        frames = np.asarray(frames)
+        if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+            raise VideoError(f"{self.name}: frames must be uint8 [N,H,W,3], got {frames.dtype} {list(frames.shape)}")
+        if len(frames) == 0:
+            return
+        height, width = frames.shape[1:3]
+        if self.stream is None:
+            if height % 2 or width % 2:
+                raise VideoError(f"{self.name}: yuv420p needs even width and height, got {width}x{height}")
+            self.stream = self.container.add_stream("libx264", rate=Fraction(self.fps).limit_denominator(1001))
+            self.stream.width, self.stream.height = width, height
+            self.stream.pix_fmt = "yuv420p"
+            self.stream.options = {"crf": str(self.crf), "preset": "medium", "threads": "1"}
+            self.stream.codec_context.thread_count = 1
+        elif (width, height) != (self.stream.width, self.stream.height):
+            raise VideoError(
+                f"{self.name}: frame size {width}x{height} differs from the first frames' "
+                f"{self.stream.width}x{self.stream.height}"
+            )
+        for frame in frames:
+            yuv = av.VideoFrame.from_ndarray(rgb_to_yuv420p(frame), format="yuv420p")
+            for packet in self.stream.encode(yuv):
+                self.container.mux(packet)
+        self.num_frames += len(frames)
+
+    def flush(self) -> None:
+        """Drain the encoder's delayed packets; a video needs at least one frame."""
+        if self.stream is None:
+            raise VideoError(f"{self.name}: no frames written")
+        for packet in self.stream.encode():
+            self.container.mux(packet)
+
+
+class VideoWriter:
+    """Stream frames into an H.264 mp4 chunk by chunk; the file appears only when closed.
+
+    ``with VideoWriter(path, fps) as w: w.write(chunk)`` — frames go to a temporary file
+    next to ``path`` that `close` renames into place; an exception inside the ``with`` block
+    (or `abort`) removes it, so a reader never sees a half-written video.
+    """
+
+    def __init__(self, path: str | Path, fps: float, crf: int = 18) -> None:
+        self.path = Path(path)
+        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self._container = av.open(str(self._tmp), mode="w", format="mp4")
+        except av.error.FFmpegError as e:
+            raise VideoError(f"{self.path}: cannot open for writing: {e}") from e
+        self._encoder = _H264Stream(self._container, fps, crf, str(self.path))
+        self._closed = False
+
+    @property
+    def num_frames(self) -> int:
+        """Frames written so far."""
+        return self._encoder.num_frames
+
+    def write(self, frames: np.ndarray) -> None:
+        """Append uint8 ``[n, H, W, 3]`` RGB frames (even H and W, fixed by the first chunk)."""
+        if self._closed:
+            raise VideoError(f"{self.path}: writer is closed")
+        try:
+            self._encoder.write(frames)
+        except av.error.FFmpegError as e:
+            raise VideoError(f"{self.path}: cannot encode video: {e}") from e
+
+    def close(self) -> Path:
+        """Flush the encoder and move the finished file into place; on failure no file appears."""
+        if self._closed:
+            return self.path
+        try:
+            self._encoder.flush()
+            self._container.close()
+            self._closed = True
+            self._tmp.replace(self.path)
+        except av.error.FFmpegError as e:
+            self.abort()
+            raise VideoError(f"{self.path}: cannot encode video: {e}") from e
+        except BaseException:
+            self.abort()
+            raise
+        return self.path
+
+    def abort(self) -> None:
+        """Drop everything written so far: close the encoder and remove the temporary file."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._container.close()
+            except Exception:  # the file is discarded; the caller's error is the one that matters
+                pass
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "VideoWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float, crf: int = 18) -> Path:
     """Encode ``frames`` uint8 ``[N, H, W, 3]`` (even H and W) to an H.264 mp4, atomically."""
-    path = Path(path)
-    frames = np.asarray(frames)
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or len(frames) == 0:
-        raise VideoError(f"{path}: frames must be uint8 [N,H,W,3] with N>0, got {frames.dtype} {list(frames.shape)}")
-    if frames.shape[1] % 2 or frames.shape[2] % 2:
-        raise VideoError(f"{path}: yuv420p needs even width and height, got {frames.shape[2]}x{frames.shape[1]}")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with av.open(str(tmp), mode="w", format="mp4") as container:
-            _encode(container, frames, fps, crf)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    with VideoWriter(path, fps, crf) as writer:
+        writer.write(frames)
+    return writer.path
 
 
 def encode_video_bytes(frames: np.ndarray, fps: float, crf: int = 18) -> bytes:
     """Encode ``frames`` uint8 ``[N, H, W, 3]`` to mp4 bytes in memory."""
     buf = io.BytesIO()
     with av.open(buf, mode="w", format="mp4") as container:
-        _encode(container, np.asarray(frames), fps, crf)
+        encoder = _H264Stream(container, fps, crf, "<bytes>")
+        encoder.write(frames)
+        encoder.flush()
     return buf.getvalue()
 
 
@@ -116,3 +212,10 @@ def probe_video(path: str | Path) -> dict[str, Any]:
             }
     except (av.error.FFmpegError, IndexError) as e:
         raise VideoError(f"{path}: cannot probe video: {e}") from e
+
+
+def to_uint8_frames(video: Any) -> np.ndarray:
+    """A video tensor ``[3, F, H, W]`` in [-1, 1] → uint8 RGB frames ``[F, H, W, 3]`` (for ``write_video``)."""
+    # Rounded in float, then cast through numpy: this module stays importable without torch.
+    x = ((video.detach().float().clamp(-1, 1) + 1) * 127.5).round()
+    return x.permute(1, 2, 3, 0).cpu().numpy().astype(np.uint8)

@@ -6,12 +6,18 @@ adapters) never pulls in Lightning or creates an import cycle with ``solarwm.bac
 
 from typing import Any
 
-__all__ = ["BidirectionalModule"]
+__all__ = ["BidirectionalModule", "TFAnyFlowModule", "DMDModule"]
+
+_LAZY = {
+    "BidirectionalModule": "solarwm.stages.bidirectional",
+    "TFAnyFlowModule": "solarwm.stages.tf_anyflow",
+    "DMDModule": "solarwm.stages.dmd",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "BidirectionalModule":
-        from solarwm.stages.bidirectional import BidirectionalModule
+    if name in _LAZY:
+        import importlib
 
-        return BidirectionalModule
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'solarwm.stages' has no attribute {name!r}")

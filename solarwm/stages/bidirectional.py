@@ -16,35 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from solarwm.backbones.base import BackboneAdapter
+from solarwm.stages.base import NonFiniteLossError, StageModule, WarmupConstantLR, default_optimizer
+
+__all__ = ["BidirectionalModule", "NonFiniteLossError", "WarmupConstantLR", "default_optimizer"]
 from solarwm.stages.objectives import LossWeighting, TimestepSampling, loss_weights, sample_uniform_u, shift_sigmas
 
 
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN/inf; the message names the global step and the batch's sample ids."""
-
-
-def default_optimizer(params: Any) -> torch.optim.Optimizer:
-    """AdamW(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0): the default when the YAML names none."""
-    return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0)
-
-
-class WarmupConstantLR(torch.optim.lr_scheduler.LambdaLR):
-    """Linear warm-up from ~0 to the optimizer's LR over ``warmup_steps`` optimizer steps, then constant."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int = 0) -> None:
-        self.warmup_steps = warmup_steps
-        super().__init__(optimizer, lr_lambda=self._factor)
-
-    def _factor(self, step: int) -> float:
-        return 1.0 if self.warmup_steps <= 0 else min(1.0, (step + 1) / self.warmup_steps)
-
-
-class BidirectionalModule(pl.LightningModule):
+class BidirectionalModule(StageModule):
     """LightningModule of eq. (1) around any ``BackboneAdapter``.
 
     Args:
@@ -59,6 +41,8 @@ class BidirectionalModule(pl.LightningModule):
         sample_steps: default Euler steps of ``generate``.
     """
 
+    stage_name = "bidirectional"
+
     def __init__(
         self,
         adapter: BackboneAdapter,
@@ -71,29 +55,19 @@ class BidirectionalModule(pl.LightningModule):
         val_seed: int = 1234,
         sample_steps: int = 20,
     ) -> None:
-        super().__init__()
+        super().__init__(adapter, optimizer, lr_scheduler)
         if timestep_sampling not in ("uniform", "logit_normal"):
             raise ValueError(f"timestep_sampling must be 'uniform' or 'logit_normal', got {timestep_sampling!r}")
         if loss_weighting not in ("none", "cosmap"):
             raise ValueError(f"loss_weighting must be 'none' or 'cosmap', got {loss_weighting!r}")
         self.save_hyperparameters(ignore=["adapter", "optimizer", "lr_scheduler"])
-        self.adapter = adapter
         self.timestep_sampling = timestep_sampling
         self.logit_mean, self.logit_std = logit_mean, logit_std
         self.loss_weighting = loss_weighting
-        self.optimizer_factory = optimizer
-        self.scheduler_factory = lr_scheduler
         self.val_seed = val_seed
         self.sample_steps = sample_steps
 
     # ------------------------------------------------------------------ objective
-    def latents(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Clean latents ``[B, C, f, h, w]``: ``batch["latents"]`` if cached, else ``adapter.encode(video)``."""
-        if "latents" in batch:
-            return batch["latents"].float()
-        with torch.no_grad():
-            return self.adapter.encode(batch["video"]).float()
-
     def flow_loss(
         self, batch: dict[str, Any], generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -119,12 +93,8 @@ class BidirectionalModule(pl.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         """One step of eq. (1); a non-finite loss stops training with ``NonFiniteLossError``."""
         loss, stats = self.flow_loss(batch)
-        if not torch.isfinite(loss.detach()).item():
-            raise NonFiniteLossError(
-                f"non-finite training loss {loss.item()} at global step {self.global_step} "
-                f"(batch {batch_idx}); sample ids: {list(batch.get('sample_id', []))}"
-            )
-        size = len(batch["sample_id"]) if "sample_id" in batch else None
+        self.check_finite(loss, batch, batch_idx)
+        size = self.batch_size_of(batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         self.log("train/sigma_mean", stats["sigma_mean"], batch_size=size)
         return loss
@@ -136,17 +106,6 @@ class BidirectionalModule(pl.LightningModule):
         size = len(batch["sample_id"]) if "sample_id" in batch else None
         self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=size)
         return loss
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        """Optimizer over the adapter's trainable parameters and a per-step LR scheduler."""
-        params = self.adapter.trainable_parameters()
-        if not params:
-            raise RuntimeError("BidirectionalModule: the adapter has no trainable parameters")
-        optimizer = self.optimizer_factory(params)
-        config: dict[str, Any] = {"optimizer": optimizer}
-        if self.scheduler_factory is not None:
-            config["lr_scheduler"] = {"scheduler": self.scheduler_factory(optimizer), "interval": "step"}
-        return config
 
     # ------------------------------------------------------------------ sampling
     @torch.no_grad()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from solarwm.camera import trajectory as T
+from solarwm.cli import parse_size
 from solarwm.data.sources.render import RENDERER_VERSION, Material, Scene, render_views
 
 OWNER = "synthetic"
@@ -428,14 +429,6 @@ def synth_corpus(
     }
 
 
-def _parse_size(size: str) -> tuple[int, int]:
-    try:
-        w, h = (int(v) for v in size.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 64x64), got {size!r}") from None
-    return w, h
-
-
 def synth_command(
     out: str, clips: int = 16, frames: int = 33, size: str = "64x64", fps: float = 16.0,
     seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
@@ -452,7 +445,7 @@ def synth_command(
         bad_fraction: fraction of deliberately broken clips (label in ``provenance.defect``).
         workers: parallel worker processes.
     """
-    width, height = _parse_size(size)
+    width, height = parse_size(size)
     summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers)
     print(json.dumps(summary, sort_keys=True))
     return 0

@@ -1,0 +1,185 @@
+"""Block-causal rollout (paper §4.3): any horizon, block after block, on a sliding-window KV cache.
+
+Each block of ``adapter.frames_per_block`` latent frames is denoised in a few steps on the shifted
+grid ``sigma_k = shift(1 - k/N)`` (Wan2.2-5B, N = 4, shift 5: 1, .9375, .8333, .625), attending to
+its window of cached history. Two solvers:
+
+* ``renoise`` (the DMD student's rule): ``x0 = x - sigma_k·v``, then fresh Gaussian noise to
+  ``sigma_{k+1}``; the x0 of the last step is the block.
+* ``flowmap`` (the AnyFlow stage-2 model): ``x <- x - (sigma_k - sigma_{k+1})·u(x, sigma_k, r=sigma_{k+1})``,
+  deterministic; needs the adapter's flow map (``enable_flow_map``).
+
+The finished x0 is then committed to the cache by one more forward at sigma 0, so the next block
+reads clean history. ``exit_step`` stops a block early and commits that step's x0 (DMD's
+rollout-and-replay draws one exit step for all blocks). The TI2V anchor (the encoded first frame)
+stays clean at sigma 0 in the first block.
+
+Blocks are decoded as they come (``video_blocks``) with the route's streaming decoder, so memory is
+flat in the horizon; the RoPE table is never exceeded because the cache reads at window-local
+positions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import torch
+
+from solarwm.backbones.base import BackboneAdapter
+from solarwm.stages.objectives import shift_sigmas
+
+Solver = Literal["renoise", "flowmap"]
+
+
+def few_step_sigmas(num_steps: int, shift: float, device: torch.device | str | None = None) -> torch.Tensor:
+    """The few-step grid ``[num_steps + 1]`` from 1 to 0 with the route's shift (Wan 5B: 1, .9375, .8333, .625, 0)."""
+    if num_steps < 1:
+        raise ValueError(f"few_step_sigmas: num_steps must be >= 1, got {num_steps}")
+    return shift_sigmas(torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64), shift).float().to(device)
+
+
+@dataclass
+class BlockResult:
+    """One generated block: the committed ``x0 [B, C, n, h, w]``, the input at the exit step and its sigma."""
+
+    x0: torch.Tensor
+    noisy: torch.Tensor
+    sigma: float
+    frames: slice
+
+
+class Rollout:
+    """Generate latents (or video) block by block with ``adapter``'s causal mode.
+
+    Args:
+        adapter: a route adapter with causal weights (stage 2 or 3).
+        num_steps: denoising steps per block.
+        solver: ``renoise`` or ``flowmap`` (see module docstring).
+    """
+
+    def __init__(self, adapter: BackboneAdapter, num_steps: int = 4, solver: Solver = "renoise") -> None:
+        if solver not in ("renoise", "flowmap"):
+            raise ValueError(f"Rollout: solver must be 'renoise' or 'flowmap', got {solver!r}")
+        if solver == "flowmap" and adapter.delta_embedding is None:
+            raise ValueError("Rollout: solver 'flowmap' needs an adapter with the AnyFlow flow map (a stage-2 model)")
+        self.adapter, self.num_steps, self.solver = adapter, num_steps, solver
+
+    def conditions(
+        self,
+        first_frame: torch.Tensor,
+        c2w: torch.Tensor,
+        K: torch.Tensor,
+        caption: list[str] | None = None,
+        text_embeds: torch.Tensor | None = None,
+        text_mask: torch.Tensor | None = None,
+    ) -> dict[str, Any]:
+        """Rollout-wide conditions: text features once, every latent frame's camera, the anchor latent."""
+        adapter = self.adapter
+        batch: dict[str, Any] = {"caption": caption or [""] * first_frame.shape[0]}
+        if text_embeds is not None:
+            batch["text_embeds"], batch["text_mask"] = text_embeds, text_mask
+        embeds, _ = adapter.text_features(batch)
+        lat_c2w, lat_K = adapter.latent_cameras(c2w, K)
+        anchor = adapter.encode(first_frame[:, :, None]).float()  # [B, C, 1, h, w]
+        return {
+            "text_embeds": embeds.to(first_frame.device), "c2w": lat_c2w.to(first_frame.device),
+            "K": lat_K.to(first_frame.device), "image_size": (first_frame.shape[-1], first_frame.shape[-2]),
+            "anchor": anchor,
+        }
+
+    @torch.no_grad()
+    def latent_blocks(
+        self,
+        cond: dict[str, Any],
+        generator: torch.Generator | None = None,
+        exit_step: int | None = None,
+        cache: Any = None,
+    ) -> Iterator[BlockResult]:
+        """Yield every block of the clip described by ``cond`` (from ``conditions``) in order."""
+        adapter = self.adapter
+        anchor = cond["anchor"]
+        b, c, _, h, w = anchor.shape
+        num_latents = cond["c2w"].shape[1]
+        exit_step = self.num_steps - 1 if exit_step is None else exit_step
+        if not 0 <= exit_step < self.num_steps:
+            raise ValueError(f"Rollout: exit_step must be in [0, {self.num_steps}), got {exit_step}")
+        if self.solver == "flowmap" and exit_step != self.num_steps - 1:
+            raise ValueError("Rollout: the flowmap solver reaches x0 only at its last step; exit_step needs 'renoise'")
+        device = anchor.device
+        sigmas = few_step_sigmas(self.num_steps, adapter.shift, device)
+        cache = adapter.new_cache(h, w) if cache is None else cache
+        gen_device = generator.device if generator is not None else device
+        for frames in adapter.block_slices(num_latents):
+            n = frames.stop - frames.start
+            block_cond = dict(cond, c2w=cond["c2w"][:, frames], K=cond["K"][:, frames])
+            clean = max(0, min(adapter.clean_latent_frames - frames.start, n))  # anchor frames in this block
+            x = torch.randn((b, c, n, h, w), generator=generator, device=gen_device).to(device)
+            x[:, :, :clean] = anchor[:, :, :clean]
+            for k in range(exit_step + 1):
+                sigma_pf = torch.full((b, n), float(sigmas[k]), device=device)
+                sigma_pf[:, :clean] = 0.0
+                noisy = x
+                if self.solver == "flowmap":
+                    r_pf = torch.full((b, n), float(sigmas[k + 1]), device=device)
+                    r_pf[:, :clean] = 0.0
+                    u = adapter(x, sigma_pf, block_cond, kv_cache=cache, r_per_frame=r_pf).float()
+                    x = x - (sigmas[k] - sigmas[k + 1]) * u  # after the last step (r = 0) this is x0
+                else:
+                    v = adapter(x, sigma_pf, block_cond, kv_cache=cache).float()
+                    x0 = x - sigmas[k] * v
+                    x0[:, :, :clean] = anchor[:, :, :clean]
+                    if k < exit_step:
+                        fresh = torch.randn(x.shape, generator=generator, device=gen_device).to(device)
+                        x = (1.0 - sigmas[k + 1]) * x0 + sigmas[k + 1] * fresh
+                x[:, :, :clean] = anchor[:, :, :clean]
+            if self.solver == "flowmap":
+                x0 = x
+            adapter(x0, torch.zeros(b, n, device=device), block_cond, kv_cache=cache, commit=True)
+            yield BlockResult(x0=x0, noisy=noisy, sigma=float(sigmas[exit_step]), frames=frames)
+
+    @torch.no_grad()
+    def video_blocks(self, cond: dict[str, Any], generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+        """Yield decoded video ``[B, 3, n_frames, H, W]`` in [-1, 1] block by block (streaming decode)."""
+        decode = self.adapter.stream_decoder()
+        for block in self.latent_blocks(cond, generator):
+            yield decode(block.x0)
+
+
+def write_rollout(
+    adapter: BackboneAdapter,
+    first_frame: torch.Tensor,
+    c2w: torch.Tensor,
+    K: torch.Tensor,
+    caption: str,
+    output: str | Path,
+    fps: float,
+    num_steps: int = 4,
+    solver: Solver = "renoise",
+    generator: torch.Generator | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Roll out ``c2w [1, N, 4, 4]`` / ``K [1, N, 4]`` from ``first_frame [1, 3, H, W]`` straight into an mp4.
+
+    Blocks are decoded and encoded as they are generated, so memory is flat in N; the mp4 appears only
+    when the rollout finished. A progress bar shows generated frames per second.
+    """
+    from tqdm import tqdm
+
+    from solarwm.data.video import VideoWriter, to_uint8_frames
+
+    rollout = Rollout(adapter, num_steps, solver)
+    cond = rollout.conditions(first_frame, c2w, K, [caption])
+    start = time.perf_counter()
+    with VideoWriter(output, fps) as writer, tqdm(
+        total=c2w.shape[1], unit="frame", desc="rollout", disable=not progress, dynamic_ncols=True
+    ) as bar:
+        for video in rollout.video_blocks(cond, generator):
+            frames = to_uint8_frames(video[0])
+            writer.write(frames)
+            bar.update(len(frames))
+        written = writer.num_frames
+    seconds = time.perf_counter() - start
+    return {"num_frames": written, "seconds": round(seconds, 3), "frames_per_second": round(written / seconds, 2)}

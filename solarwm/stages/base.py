@@ -1,0 +1,112 @@
+"""What every training stage shares: the adapter, the optimiser wiring, clean latents, the stage tag.
+
+A stage (paper §4) is a LightningModule around one ``BackboneAdapter``. Its checkpoints carry a
+``solarwm`` tag ``{"stage", "route"}`` so that the next stage's ``init_from`` and ``solarwm predict``
+can refuse a checkpoint of the wrong stage or route with a clear message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+
+from solarwm.backbones.base import BackboneAdapter
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN/inf; the message names the global step and the batch's sample ids."""
+
+
+def default_optimizer(params: Any) -> torch.optim.Optimizer:
+    """AdamW(lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0): the default when the YAML names none."""
+    return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0)
+
+
+class WarmupConstantLR(torch.optim.lr_scheduler.LambdaLR):
+    """Linear warm-up from ~0 to the optimizer's LR over ``warmup_steps`` optimizer steps, then constant."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int = 0) -> None:
+        self.warmup_steps = warmup_steps
+        super().__init__(optimizer, lr_lambda=self._factor)
+
+    def _factor(self, step: int) -> float:
+        return 1.0 if self.warmup_steps <= 0 else min(1.0, (step + 1) / self.warmup_steps)
+
+
+class WarmupCosineLR(torch.optim.lr_scheduler.LambdaLR):
+    """Linear warm-up over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` × LR at ``total_steps``."""
+
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, warmup_steps: int = 0, total_steps: int = 1, min_lr_ratio: float = 0.1
+    ) -> None:
+        if total_steps < 1 or not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(f"WarmupCosineLR: total_steps >= 1 and min_lr_ratio in [0, 1]; got {total_steps}, {min_lr_ratio}")
+        self.warmup_steps, self.total_steps, self.min_lr_ratio = warmup_steps, total_steps, min_lr_ratio
+        super().__init__(optimizer, lr_lambda=self._factor)
+
+    def _factor(self, step: int) -> float:
+        import math
+
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        span = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class StageModule(pl.LightningModule):
+    """Base of the stage modules: ``adapter``, optimiser/scheduler factories, ``latents``, checkpoint tag."""
+
+    #: Name written into checkpoints and exports: ``bidirectional``, ``tf_anyflow``, ``dmd``.
+    stage_name: ClassVar[str] = ""
+    #: Whether the stage's model generates block-causally (rollout) rather than as one clip.
+    causal: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        adapter: BackboneAdapter,
+        optimizer: OptimizerCallable = default_optimizer,
+        lr_scheduler: LRSchedulerCallable | None = WarmupConstantLR,
+    ) -> None:
+        super().__init__()
+        self.adapter = adapter
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = lr_scheduler
+
+    def latents(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Clean latents ``[B, C, f, h, w]``: ``batch["latents"]`` if cached, else ``adapter.encode(video)``."""
+        if "latents" in batch:
+            return batch["latents"].float()
+        with torch.no_grad():
+            return self.adapter.encode(batch["video"]).float()
+
+    def check_finite(self, loss: torch.Tensor, batch: dict[str, Any], batch_idx: int) -> None:
+        """Stop training with ``NonFiniteLossError`` naming the step and the samples when ``loss`` is NaN/inf."""
+        if not torch.isfinite(loss.detach()).item():
+            raise NonFiniteLossError(
+                f"non-finite training loss {loss.item()} at global step {self.global_step} "
+                f"(batch {batch_idx}); sample ids: {list(batch.get('sample_id', []))}"
+            )
+
+    @staticmethod
+    def batch_size_of(batch: dict[str, Any]) -> int | None:
+        """Samples in ``batch`` (for ``self.log``)."""
+        return len(batch["sample_id"]) if "sample_id" in batch else None
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """Optimizer over the adapter's trainable parameters and a per-step LR scheduler."""
+        params = self.adapter.trainable_parameters()
+        if not params:
+            raise RuntimeError(f"{type(self).__name__}: the adapter has no trainable parameters")
+        optimizer = self.optimizer_factory(params)
+        config: dict[str, Any] = {"optimizer": optimizer}
+        if self.scheduler_factory is not None:
+            config["lr_scheduler"] = {"scheduler": self.scheduler_factory(optimizer), "interval": "step"}
+        return config
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Tag the checkpoint with this stage and route (read by ``init_from`` and ``solarwm predict``)."""
+        checkpoint["solarwm"] = {"stage": self.stage_name, "route": self.adapter.route}
