@@ -356,6 +356,10 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         return ((1.0 - gate) * output + gate * self.delta_embedding(features)).type_as(output)
 
     # ------------------------------------------------------------------ parameters
+    def frozen_parts(self) -> dict[str, torch.nn.Module]:
+        """The frozen modules by attribute name (codec, text encoder): what DMD's three roles share."""
+        return {}
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Parameters a stage optimises (transformer + camera weights; frozen parts excluded)."""
         return [p for p in self.parameters() if p.requires_grad]

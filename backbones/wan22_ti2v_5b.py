@@ -249,6 +249,13 @@ class Wan22TI2V5BAdapter(BackboneAdapter):
         cfg.text_encoder_path = str(Path(path).resolve())
         return UMT5TextEncoder(path, max_length=cfg.text_max_length)
 
+    def frozen_parts(self) -> dict[str, torch.nn.Module]:
+        """The codec (patchify or Wan VAE) and the text encoder."""
+        parts = {"codec": self.codec}
+        if self.text_encoder is not None:
+            parts["text_encoder"] = self.text_encoder
+        return parts
+
     def train(self, mode: bool = True) -> "Wan22TI2V5BAdapter":
         """Switch the transformer's mode; frozen parts stay in eval mode."""
         super().train(mode)

@@ -3,6 +3,12 @@
 The average is swapped into the module for validation (and, through `EMA.swapped`,
 for eval videos and export), swapped back afterwards, and saved in the checkpoint
 as the callback's state.
+
+A stage may narrow what is averaged and when: ``pl_module.ema_parameters()`` (named
+parameters; default: every trainable one) and ``pl_module.ema_step()`` (the update count
+to fold in after this batch, or None when the batch updated nothing; default: the
+trainer's global step). DMD averages only its student, on student updates. With
+``start_step`` the average is (re)started from the weights at that update.
 """
 
 from __future__ import annotations
@@ -18,17 +24,20 @@ from lightning.pytorch.callbacks import Callback
 class EMA(Callback):
     """Keep ``ema = decay * ema + (1 - decay) * param`` every ``update_every`` optimizer steps."""
 
-    def __init__(self, decay: float = 0.999, update_every: int = 1) -> None:
+    def __init__(self, decay: float = 0.999, update_every: int = 1, start_step: int = 0) -> None:
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"EMA: decay must be in [0, 1), got {decay}")
-        if update_every < 1:
-            raise ValueError(f"EMA: update_every must be >= 1, got {update_every}")
-        self.decay, self.update_every = decay, update_every
+        if update_every < 1 or start_step < 0:
+            raise ValueError(f"EMA: update_every must be >= 1 and start_step >= 0, got {update_every}, {start_step}")
+        self.decay, self.update_every, self.start_step = decay, update_every, start_step
+        self.started = start_step == 0
         self.shadow: dict[str, torch.Tensor] = {}  # parameter name -> averaged value (fp32)
         self._backup: dict[str, torch.Tensor] | None = None  # training weights while swapped
 
     @staticmethod
     def _trainable(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        if hasattr(module, "ema_parameters"):
+            return iter(module.ema_parameters())
         return ((n, p) for n, p in module.named_parameters() if p.requires_grad)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -41,8 +50,14 @@ class EMA(Callback):
 
     @torch.no_grad()
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        """Fold the new weights into the average on every ``update_every``-th optimizer step."""
-        if trainer.global_step % self.update_every != 0:
+        """Fold the new weights into the average on every ``update_every``-th update (see module docstring)."""
+        step = pl_module.ema_step() if hasattr(pl_module, "ema_step") else trainer.global_step
+        if step is None or step < self.start_step or step % self.update_every != 0:
+            return
+        if not self.started:  # the average begins at the weights of update `start_step`
+            self.started = True
+            for name, p in self._trainable(pl_module):
+                self.shadow[name] = p.detach().float().clone()
             return
         # Each update stands for `update_every` steps of decay.
         decay = self.decay**self.update_every
@@ -52,8 +67,8 @@ class EMA(Callback):
     @torch.no_grad()
     def swap_in(self, pl_module: torch.nn.Module) -> None:
         """Replace the trainable weights by the average (keeping the training weights aside)."""
-        if self._backup is not None or not self.shadow:
-            return
+        if self._backup is not None or not self.shadow or not self.started:
+            return  # nothing averaged yet: the live weights are the model
         self._backup = {}
         for name, p in self._trainable(pl_module):
             self._backup[name] = p.detach().clone()
@@ -97,11 +112,13 @@ class EMA(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """The average, saved under the callback's key of the checkpoint."""
-        return {"decay": self.decay, "update_every": self.update_every, "shadow": {k: v.cpu() for k, v in self.shadow.items()}}
+        return {"decay": self.decay, "update_every": self.update_every, "started": self.started,
+                "shadow": {k: v.cpu() for k, v in self.shadow.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume the average from a checkpoint."""
         self.shadow = {k: v.clone() for k, v in state_dict["shadow"].items()}
+        self.started = state_dict.get("started", True)
 
 
 def find_ema(trainer: pl.Trainer) -> EMA | None:

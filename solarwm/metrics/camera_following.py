@@ -109,21 +109,24 @@ def _ray_angle(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def _track(gray: list[np.ndarray], corners: np.ndarray, upscale: int) -> tuple[np.ndarray, np.ndarray]:
-    """Follow corners ``[M, 1, 2]`` from ``gray[0]`` to ``gray[-1]`` frame by frame → (end points, kept ``[M]``)."""
-    lk = dict(winSize=(5 * upscale + 1, 5 * upscale + 1), maxLevel=3)
+    """Track corners ``[M, 1, 2]`` from ``gray[0]`` to ``gray[-1]`` → (end points ``[M, 1, 2]``, kept ``[M]``)."""
+    window = (5 * upscale + 1, 5 * upscale + 1)
     ok = np.ones(len(corners), dtype=bool)
-    points = corners
-    # Frame by frame, not in one jump: between consecutive frames the motion stays below half a
-    # period of a checkerboard, where one LK jump can lock onto the neighbouring square.
+    # Guide: follow the corners frame by frame. Between consecutive frames the motion stays below
+    # half a square of a checkerboard ground; in one jump LK can lock onto the neighbouring square.
+    guess = corners
     for g0, g1 in zip(gray[:-1], gray[1:]):
-        points, status, _ = cv2.calcOpticalFlowPyrLK(g0, g1, points, None, **lk)
+        guess, status, _ = cv2.calcOpticalFlowPyrLK(g0, g1, guess, None, winSize=window, maxLevel=3)
         ok &= status.ravel() == 1
-    end = points
-    for g0, g1 in zip(gray[:0:-1], gray[-2::-1]):
-        points, status, _ = cv2.calcOpticalFlowPyrLK(g0, g1, points, None, **lk)
-        ok &= status.ravel() == 1
-    # A track is kept only if tracking it back lands where it started (drops occlusions, flat areas).
-    ok &= np.linalg.norm((corners - points).reshape(-1, 2), axis=1) / upscale < 0.25
+    # Refine: match the end frame to the first directly from that guess, so the per-step
+    # tracking errors do not add up; then track back from there to check.
+    refine = dict(winSize=window, maxLevel=1, flags=cv2.OPTFLOW_USE_INITIAL_FLOW)
+    end, status, _ = cv2.calcOpticalFlowPyrLK(gray[0], gray[-1], corners, guess.copy(), **refine)
+    ok &= status.ravel() == 1
+    back, status, _ = cv2.calcOpticalFlowPyrLK(gray[-1], gray[0], end, corners.copy(), **refine)
+    ok &= status.ravel() == 1
+    # Kept only if tracking back lands where it started (drops occlusions and flat areas).
+    ok &= np.linalg.norm((corners - back).reshape(-1, 2), axis=1) / upscale < 0.25
     return end, ok
 
 

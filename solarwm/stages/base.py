@@ -67,12 +67,13 @@ class StageModule(pl.LightningModule):
 
     def __init__(
         self,
-        adapter: BackboneAdapter,
+        adapter: BackboneAdapter | None,
         optimizer: OptimizerCallable = default_optimizer,
         lr_scheduler: LRSchedulerCallable | None = WarmupConstantLR,
     ) -> None:
         super().__init__()
-        self.adapter = adapter
+        if adapter is not None:  # None: the subclass provides `adapter` itself (DMD: its generator)
+            self.adapter = adapter
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
 

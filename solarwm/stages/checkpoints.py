@@ -34,7 +34,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 def ema_shadow(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor] | None:
     """The EMA callback's averaged parameters (by module parameter name), if the checkpoint has them."""
     for key, value in checkpoint.get("callbacks", {}).items():
-        if key.startswith("EMA") and isinstance(value, dict) and value.get("shadow"):
+        if key.startswith("EMA") and isinstance(value, dict) and value.get("shadow") and value.get("started", True):
             return value["shadow"]
     return None
 

@@ -1,0 +1,253 @@
+"""Stage 3, DMD causal training with real and fake score networks (paper §4.3, eq. 3; "SGF" in the release).
+
+Three roles of one route:
+
+* ``generator``: the causal student, from the stage-2 EMA with the AnyFlow r-embedding dropped;
+* ``real_score``: the frozen bidirectional stage-1 model (the teacher);
+* ``fake_score``: a trainable copy of stage 1 (the critic), tracking the student's distribution.
+
+The codec and text encoder are shared by the three (loaded once). Each student update runs a detached
+rollout-and-replay: a no-grad few-step rollout under the inference rule with one random exit step for all
+blocks (the exit step's x0 is committed to the cache), then ONE gradient-carrying teacher-forced replay of
+all blocks from their exit-step inputs over the committed history. The replay's x0 is re-noised at a
+shifted score timestep (sigma in [0.02, 0.98]); the gradient is ``(fake - real) / mean|x - real|`` in x0
+space, with the real score under CFG ``cond + g·(cond - uncond)``, and the surrogate loss is
+``0.5·MSE(x, (x - grad).detach())``. The critic minimises the flow loss on generated samples.
+
+Lightning manual optimisation: the critic updates every outer step, the student on every
+``student_update_every``-th (before that step's critic update). All randomness comes from a generator
+seeded by (seed, outer step), so a resumed run continues exactly as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+
+from solarwm.backbones.base import BackboneAdapter
+from solarwm.rollout.engine import Rollout
+from solarwm.stages.base import StageModule
+from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
+from solarwm.stages.objectives import shift_sigmas
+
+
+def student_optimizer(params: Any) -> torch.optim.Optimizer:
+    """The reference's student optimiser: AdamW lr 2e-6, betas (0, 0.999), no weight decay."""
+    return torch.optim.AdamW(params, lr=2e-6, betas=(0.0, 0.999), weight_decay=0.0)
+
+
+def critic_optimizer(params: Any) -> torch.optim.Optimizer:
+    """The reference's critic optimiser: AdamW lr 4e-7, betas (0, 0.999), no weight decay."""
+    return torch.optim.AdamW(params, lr=4e-7, betas=(0.0, 0.999), weight_decay=0.0)
+
+
+def dmd_gradient(output: torch.Tensor, fake_x0: torch.Tensor, real_x0: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Normalised DMD gradient ``(fake - real) / mean|output - real|`` per sample, masked, ``[B, C, f, h, w]``."""
+    mask = mask.expand_as(output).float()
+    grad = (fake_x0 - real_x0).float() * mask
+    normalizer = ((output.detach() - real_x0).abs().float() * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp_min(1.0)
+    grad = grad / normalizer.clamp_min(1e-8).view(-1, *([1] * (grad.dim() - 1)))
+    return torch.nan_to_num(grad)
+
+
+def dmd_surrogate(output: torch.Tensor, grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``0.5·MSE(output, (output - grad).detach())`` over valid elements: its gradient is ``grad / N``."""
+    target = (output - grad).detach()
+    mask = mask.expand_as(output).float()
+    return 0.5 * (((output.float() - target) ** 2) * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+class DMDModule(CausalGenerateMixin, StageModule):
+    """LightningModule of eq. (3): ``generator``, ``real_score``, ``fake_score`` of one route.
+
+    Args:
+        generator: the route's adapter (in YAML: ``class_path`` + ``init_args``); real and fake score are
+            built as copies of it and loaded from ``score_from``.
+        generator_from: stage-2 checkpoint or export for the student (EMA when present); None = as built.
+        score_from: stage-1 checkpoint or export for real and fake score; None = copies of the generator.
+        generator_from_command, score_from_command: the commands that make them (named when missing).
+        student_update_every: the student updates on outer steps k·N (k >= 1); the critic on every step.
+        num_steps: rollout steps per block; one exit step in [0, num_steps) is drawn per rollout.
+        guidance_scale: real-score CFG ``cond + g·(cond - uncond)`` (0 = no CFG; the Wan release uses 3).
+        negative_prompt: the unconditional prompt.
+        score_min, score_max: clamp of the shifted score sigma.
+        grad_clip: gradient-norm clip of both optimisers.
+        seed: base seed of the per-step generators.
+    """
+
+    stage_name = "dmd"
+    automatic_optimization = False
+
+    def __init__(
+        self,
+        generator: BackboneAdapter,
+        generator_from: str | None = None,
+        score_from: str | None = None,
+        generator_from_command: str | None = None,
+        score_from_command: str | None = None,
+        use_ema_init: bool = True,
+        student_update_every: int = 5,
+        num_steps: int = 4,
+        guidance_scale: float = 3.0,
+        negative_prompt: str = "",
+        score_min: float = 0.02,
+        score_max: float = 0.98,
+        grad_clip: float = 10.0,
+        optimizer: OptimizerCallable = student_optimizer,
+        critic_optimizer: OptimizerCallable = critic_optimizer,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(None, optimizer, None)
+        self.save_hyperparameters(ignore=["generator", "optimizer", "critic_optimizer"])
+        if student_update_every < 1 or num_steps < 1 or not 0.0 <= score_min < score_max <= 1.0:
+            raise ValueError("DMDModule: student_update_every, num_steps >= 1 and 0 <= score_min < score_max <= 1")
+        # Copies share the frozen codec and text encoder instead of duplicating them (loaded once).
+        shared = {id(m): m for m in generator.frozen_parts().values()}
+        real = copy.deepcopy(generator, memo=dict(shared))
+        if score_from is not None:
+            load_init(real, score_from, ("bidirectional",), score_from_command, use_ema_init)
+        if generator_from is not None:
+            # The stage-2 flow map's r-embedding is dropped: the student is a plain t-conditioned causal model.
+            generator.disable_flow_map()
+            load_init(generator, generator_from, ("tf_anyflow", "dmd"), generator_from_command, use_ema_init,
+                      ignore=("delta_embedding",))
+        generator.disable_flow_map()
+        fake = copy.deepcopy(real, memo=dict(shared))
+        real.requires_grad_(False).eval()
+        self.generator, self.real_score, self.fake_score = generator, real, fake
+        self.critic_optimizer_factory = critic_optimizer
+        self.student_update_every, self.num_steps = student_update_every, num_steps
+        self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
+        self.score_min, self.score_max, self.grad_clip, self.seed = score_min, score_max, grad_clip, seed
+        self.solver, self.sample_steps = "renoise", num_steps
+        # Counters live in buffers so checkpoints carry them.
+        self.register_buffer("outer_step", torch.zeros((), dtype=torch.long))
+        self.register_buffer("student_steps", torch.zeros((), dtype=torch.long))
+        self._student_updated = False
+
+    @property
+    def adapter(self) -> BackboneAdapter:
+        """The student (what is exported, evaluated and rolled out)."""
+        return self.generator
+
+    def train(self, mode: bool = True) -> "DMDModule":
+        """Train the student and the critic; the teacher stays in eval mode."""
+        super().train(mode)
+        self.real_score.eval()
+        return self
+
+    # ------------------------------------------------------------------ pieces of eq. 3
+    def _rng(self, salt: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.outer_step) * 7 + salt)
+
+    def rollout_and_replay(
+        self, batch: dict[str, Any], rng: torch.Generator, grad: bool
+    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
+        """``(x0 [B, C, f, h, w], cond, clean_latents)``: the student's generated video latents.
+
+        Pass 1 (no grad): few-step rollout with one random exit step, committing that step's x0. Pass 2
+        (only with ``grad``): one teacher-forced replay of all blocks from their exit-step inputs.
+        """
+        gen = self.generator
+        x0 = self.latents(batch)
+        cond = gen.prepare_conditions(batch)
+        exit_step = int(torch.randint(0, self.num_steps, (1,), generator=rng))
+        rollout = Rollout(gen, self.num_steps, "renoise")
+        clean = gen.clean_latent_frames
+        with torch.no_grad():
+            blocks = list(rollout.latent_blocks(dict(cond, anchor=x0[:, :, :clean]), rng, exit_step=exit_step))
+        committed = torch.cat([b.x0 for b in blocks], 2)
+        if not grad:
+            return committed, cond, x0
+        noisy = torch.cat([b.noisy for b in blocks], 2)
+        sigma_pf = per_frame(gen, torch.full((x0.shape[0],), blocks[0].sigma, device=x0.device), x0.shape[2])
+        flow = gen.forward_teacher_forcing(committed, noisy, sigma_pf, cond)
+        output = noisy - sigma_pf[:, None, :, None, None] * flow
+        return torch.cat([x0[:, :, :clean], output[:, :, clean:]], 2), cond, x0
+
+    def score_sigmas(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
+        """Per-sample score sigma ``[B]``: ``randint(0, 1000)/1000``, the route's shift, clamped."""
+        u = torch.randint(0, 1000, (batch_size,), generator=rng).double() / 1000.0
+        return shift_sigmas(u, self.generator.shift).clamp(self.score_min, self.score_max).float()
+
+    def _renoise(self, x: torch.Tensor, rng: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """``(noisy, noise, sigma_pf)``: ``x`` at a score sigma (its anchor frames stay clean at sigma 0)."""
+        sigma = self.score_sigmas(x.shape[0], rng).to(x.device)
+        noise = torch.randn(x.shape, generator=rng).to(x.device)
+        noisy, sigma_pf = self.generator.noisy_input(x, noise, sigma)
+        return noisy, noise, sigma_pf
+
+    @staticmethod
+    def _x0(adapter: BackboneAdapter, noisy: torch.Tensor, sigma_pf: torch.Tensor, cond: dict[str, Any]) -> torch.Tensor:
+        return noisy - sigma_pf[:, None, :, None, None] * adapter(noisy, sigma_pf, cond).float()
+
+    def student_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
+        """The DMD surrogate on one rollout-and-replay (gradient flows into the student only)."""
+        output, cond, x0 = self.rollout_and_replay(batch, rng, grad=True)
+        with torch.no_grad():
+            noisy, _, sigma_pf = self._renoise(output.detach(), rng)
+            fake_x0 = self._x0(self.fake_score, noisy, sigma_pf, cond)
+            real_x0 = self._x0(self.real_score, noisy, sigma_pf, cond)
+            if self.guidance_scale > 0:
+                neg = self.generator.text_features({"caption": [self.negative_prompt] * x0.shape[0]})[0]
+                uncond_x0 = self._x0(self.real_score, noisy, sigma_pf, dict(cond, text_embeds=neg))
+                real_x0 = real_x0 + self.guidance_scale * (real_x0 - uncond_x0)
+            mask = self.generator.loss_mask(output)
+            grad = dmd_gradient(output, fake_x0, real_x0, mask)
+        return dmd_surrogate(output, grad, mask)
+
+    def critic_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
+        """Flow loss of the fake score on the student's generated latents (rollout without grad)."""
+        with torch.no_grad():
+            generated, cond, _ = self.rollout_and_replay(batch, rng, grad=False)
+            noisy, noise, sigma_pf = self._renoise(generated, rng)
+        prediction = self.fake_score(noisy, sigma_pf, cond)
+        return self.fake_score.loss(prediction, self.fake_score.target(generated, noise), self.fake_score.loss_mask(generated))
+
+    # ------------------------------------------------------------------ Lightning
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        """``[student optimiser, critic optimiser]`` over the generator's and the fake score's trainable weights."""
+        return [self.optimizer_factory(self.generator.trainable_parameters()),
+                self.critic_optimizer_factory(self.fake_score.trainable_parameters())]
+
+    def _update(self, optimizer: Any, loss: torch.Tensor) -> None:
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        self.clip_gradients(optimizer, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
+        optimizer.step()
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        """One outer step: maybe a student update (every N-th), then a critic update."""
+        student_opt, critic_opt = self.optimizers()
+        size = self.batch_size_of(batch)
+        step = int(self.outer_step)
+        self._student_updated = step > 0 and step % self.student_update_every == 0
+        if self._student_updated:
+            loss = self.student_loss(batch, self._rng(1))
+            self.check_finite(loss, batch, batch_idx)
+            self._update(student_opt, loss)
+            self.student_steps += 1
+            self.log("train/student_loss", loss.detach(), prog_bar=True, batch_size=size)
+        critic = self.critic_loss(batch, self._rng(2))
+        self.check_finite(critic, batch, batch_idx)
+        self._update(critic_opt, critic)
+        self.log("train/critic_loss", critic.detach(), prog_bar=True, batch_size=size)
+        self.outer_step += 1
+        return critic.detach()
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        """The critic's flow loss on a seeded rollout (how far the fake score trails the student)."""
+        loss = self.critic_loss(batch, torch.Generator().manual_seed(1234 + batch_idx))
+        self.log("val/critic_loss", loss, prog_bar=True, sync_dist=True, batch_size=self.batch_size_of(batch))
+        return loss
+
+    def ema_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """The EMA averages the student only."""
+        return [(f"generator.{n}", p) for n, p in self.generator.named_parameters() if p.requires_grad]
+
+    def ema_step(self) -> int | None:
+        """Student updates so far when this batch made one, else None (the EMA folds in student steps only)."""
+        return int(self.student_steps) if self._student_updated else None

@@ -1,0 +1,117 @@
+"""Stage 3 (DMDModule): roles, what each update touches, the gradient, checkpoints and exact resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
+from solarwm.callbacks import EMA
+from solarwm.datamodules import WorldDataModule
+from solarwm.datamodules.world import SynthCorpus
+from solarwm.stages.dmd import DMDModule, dmd_gradient, dmd_surrogate
+
+
+def make_module(**kwargs) -> DMDModule:
+    torch.manual_seed(0)
+    adapter = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny())
+    return DMDModule(generator=adapter, student_update_every=2, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)),
+                     critic_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("dmd") / "corpus"
+    dm = WorldDataModule(corpus_dir=str(root), synth=SynthCorpus(clips=2, frames=9, width=32, height=32, fps=8.0),
+                         num_frames=9, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False)
+    dm.prepare_data()
+    return str(root)
+
+
+def datamodule(corpus: str) -> WorldDataModule:
+    return WorldDataModule(corpus_dir=corpus, num_frames=9, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False)
+
+
+def one_batch(corpus: str) -> dict:
+    dm = datamodule(corpus)
+    dm.setup("fit")
+    return next(iter(dm.train_dataloader()))
+
+
+def test_roles_share_frozen_parts_and_only_the_intended_weights_get_gradients(corpus):
+    module = make_module()
+    assert module.generator.codec is module.real_score.codec is module.fake_score.codec
+    assert module.generator.delta_embedding is None and not any(p.requires_grad for p in module.real_score.parameters())
+    batch = one_batch(corpus)
+
+    def touched() -> dict[str, bool]:
+        return {role: any(p.grad is not None and p.grad.abs().sum() > 0 for p in getattr(module, role).parameters())
+                for role in ("generator", "real_score", "fake_score")}
+
+    module.student_loss(batch, torch.Generator().manual_seed(0)).backward()
+    assert touched() == {"generator": True, "real_score": False, "fake_score": False}
+    module.zero_grad(set_to_none=True)
+    module.critic_loss(batch, torch.Generator().manual_seed(0)).backward()
+    assert touched() == {"generator": False, "real_score": False, "fake_score": True}
+
+
+def test_dmd_gradient_is_normalised_and_the_surrogate_carries_it():
+    output = torch.randn(2, 4, 3, 2, 2, requires_grad=True)
+    fake, real = torch.randn(2, 4, 3, 2, 2), torch.randn(2, 4, 3, 2, 2)
+    mask = torch.ones(2, 1, 3, 1, 1)
+    mask[:, :, 0] = 0
+    grad = dmd_gradient(output, fake, real, mask)
+    norm = ((output.detach() - real).abs()[:, :, 1:]).flatten(1).mean(1)
+    torch.testing.assert_close(grad[:, :, 1:], (fake - real)[:, :, 1:] / norm.view(2, 1, 1, 1, 1))
+    assert torch.all(grad[:, :, 0] == 0)
+    dmd_surrogate(output, grad, mask).backward()
+    torch.testing.assert_close(output.grad, grad / mask.expand_as(output).sum())
+
+
+class LossLog(pl.Callback):
+    def __init__(self) -> None:
+        self.losses: list[tuple[int, float, float | None]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+        m = trainer.callback_metrics
+        student = float(m["train/student_loss"]) if pl_module._student_updated else None
+        self.losses.append((int(pl_module.outer_step), float(m["train/critic_loss"]), student))
+
+
+def fit(module: DMDModule, corpus: str, root: Path, max_steps: int, ckpt_path: str | None = None, every: int | None = None):
+    log = LossLog()
+    callbacks = [log, EMA(decay=0.5, start_step=1)]
+    if every:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=root, every_n_train_steps=every, save_top_k=-1))
+    trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=callbacks,
+                         default_root_dir=root, deterministic=True)
+    trainer.fit(module, datamodule=datamodule(corpus), ckpt_path=ckpt_path)
+    return log.losses, trainer
+
+
+def test_training_keeps_the_teacher_and_resume_continues_exactly(corpus, tmp_path):
+    module = make_module()
+    real_before = {k: v.clone() for k, v in module.real_score.state_dict().items()}
+    gen_before = {k: v.clone() for k, v in module.generator.transformer.state_dict().items()}
+    full, trainer = fit(module, corpus, tmp_path / "full", max_steps=9, every=None)
+    assert all(torch.equal(v, module.real_score.state_dict()[k]) for k, v in real_before.items())
+    assert any(not torch.equal(v, module.generator.transformer.state_dict()[k]) for k, v in gen_before.items())
+    assert int(module.student_steps) >= 2 and sum(s is not None for _, _, s in full) == int(module.student_steps)
+
+    first = make_module()
+    part1, _ = fit(first, corpus, tmp_path / "part", max_steps=4, every=4)
+    ckpt = sorted((tmp_path / "part").glob("*.ckpt"))[-1]
+    state = torch.load(ckpt, weights_only=True)
+    roles = {k.split(".")[0] for k in state["state_dict"]}
+    assert {"generator", "real_score", "fake_score"} <= roles and len(state["optimizer_states"]) == 2
+    assert state["solarwm"] == {"stage": "dmd", "route": "wan22_ti2v_5b"}
+    part2, _ = fit(make_module(), corpus, tmp_path / "part2", max_steps=9, ckpt_path=str(ckpt))
+    resumed = part1 + part2
+    assert [s for s, _, _ in resumed] == [s for s, _, _ in full]
+    for (_, c_full, s_full), (_, c_res, s_res) in zip(full, resumed):
+        assert c_res == pytest.approx(c_full, rel=1e-5, abs=1e-7)
+        assert (s_full is None) == (s_res is None) and (s_full is None or s_res == pytest.approx(s_full, rel=1e-5, abs=1e-7))
