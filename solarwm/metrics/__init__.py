@@ -1,4 +1,13 @@
-"""Evaluation metrics for generated videos (torchmetrics `Metric`s): pixel fidelity and camera following."""
+"""Evaluation metrics for generated videos (torchmetrics `Metric`s): pixel fidelity and camera following.
+
+    psnr, ssim, follow = VideoPSNR(), VideoSSIM(), CameraFollowing()
+    psnr.update(generated, batch["video"])          # [B, 3, F, H, W] in [-1, 1]
+    ssim.update(generated, batch["video"])
+    follow.update(generated, batch["c2w"], batch["K"])  # [B, F, 4, 4], [B, F, 4]
+    psnr.compute(), ssim.compute(), follow.compute()    # dB, [0, 1], dict of degrees and counts
+
+`CameraFollowing` on the ground-truth video with its own cameras gives the estimator's floor.
+"""
 
 from solarwm.metrics.camera_following import (
     CameraFollowing,

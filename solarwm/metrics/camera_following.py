@@ -1,9 +1,10 @@
 """Camera following: does a generated video move the way its camera was commanded?
 
 For frame pairs ``(i, i + stride)`` the relative camera motion is estimated from the
-pixels alone (OpenCV: Shi–Tomasi corners tracked by pyramidal Lucas–Kanade with a
-forward–backward check, the essential matrix by RANSAC with the known per-frame K, then
-`cv2.recoverPose`) and compared with the commanded cameras:
+pixels alone with OpenCV — Shi–Tomasi corners on the upscaled first frame (4× by default), tracked by
+pyramidal Lucas–Kanade frame by frame through the pair and then refined directly between
+its two ends, forward–backward checked; the essential matrix by RANSAC with the known
+per-frame K; `cv2.recoverPose` — and compared with the commanded cameras:
 
 * rotation error: geodesic angle between the estimated and the commanded relative rotation;
 * translation direction error: angle between the unit translations (the scale of a
@@ -16,15 +17,18 @@ camera-i coordinates ``x_i`` (OpenCV axes). With camera-to-world poses ``x_w = c
 
 No parallax. Under a pure pan (or a motion too small to see) every translation fits the
 essential matrix, so its rotation is biased and recoverPose's choice among the
-decompositions is arbitrary (measured on rendered pans: most pairs failed or were off by
-up to 5°). So a pure rotation is fitted to the same inliers first; when it explains the
-pair the rotation comes from it (about 0.3° on the same pans) and the pair has no
+decompositions is arbitrary (on rendered 64×64 pans: up to 3 of 4 pairs failed, the rest
+off by up to 5°). So a pure rotation is fitted to the same inliers first; when it explains
+the pair the rotation comes from it (0.1–0.6° on the same pans) and the pair has no
 translation direction.
 
 Pairs the estimator cannot resolve (too few corners, tracks, RANSAC inliers or points in
 front of both cameras) are counted in ``failed_pairs`` and never given a value. The
 estimator is imperfect, so the same metric on the ground-truth video with its own cameras
-gives the floor a generated video should be read against, counts included.
+gives the floor a generated video should be read against, counts included. Measured on
+rendered 33-frame worlds (stride 4, defaults), mean rotation error per clip: pans 0.1–0.6°
+(64×64); walking while turning 1.4–5.8° (64×64) and 0.8–5.0° (96×64), translation direction
+8–39°; the errors are heavy-tailed, a pair or two per clip being off by 5–15°.
 """
 
 from __future__ import annotations
@@ -205,6 +209,8 @@ class CameraFollowing(Metric):
     """
 
     full_state_update = False
+    is_differentiable = False
+    higher_is_better = False
 
     def __init__(
         self,
@@ -229,7 +235,7 @@ class CameraFollowing(Metric):
             self.add_state(name, default=torch.tensor(0), dist_reduce_fx="sum")
 
     def update(self, video: torch.Tensor, c2w: Any, K: Any) -> None:
-        """Add videos ``[B, 3, F, H, W]`` in [-1, 1] with their cameras: c2w ``[B, F, 4, 4]``, K ``[B, F, 4]`` pixels."""
+        """Add videos ``[B, 3, F, H, W]`` in [-1, 1] and their cameras: c2w ``[B, F, 4, 4]``, pixel K ``[B, F, 4]``."""
         c2w = torch.as_tensor(c2w).detach().cpu().double().numpy()
         K = torch.as_tensor(K).detach().cpu().double().numpy()
         B, _, F = video.shape[:3]
