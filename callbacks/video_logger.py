@@ -1,5 +1,8 @@
 """`EvalVideoLogger`: held-out first frame + camera track → generated clip, next to the real one.
 
+It also logs scalars ``eval/psnr`` (generated frames vs ground truth), ``eval/psnr_static`` (the
+first frame repeated, the trivial baseline) and ``eval/cam_rot_err_deg`` (camera following).
+
 Every ``every_n_steps`` optimizer steps and at the end of each validation, the first
 ``num_samples`` held-out windows are generated from their first frame, caption and
 camera trajectory (``pl_module.generate``, with the EMA weights when an `EMA` callback
@@ -53,6 +56,7 @@ class EvalVideoLogger(Callback):
         self.fps, self.seed = fps, seed
         self._last_step: int | None = None
         self.written: list[Path] = []  # mp4 files written so far (for inspection and tests)
+        self.metrics: dict[str, float] = {}  # the last logged scores (eval/psnr, eval/psnr_static, eval/cam_rot_err_deg)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         """Log when the optimizer step count hits a multiple of ``every_n_steps``."""
@@ -70,6 +74,18 @@ class EvalVideoLogger(Callback):
         if dataset is None or len(dataset) == 0:
             return None
         return default_collate([dataset[i] for i in range(min(self.num_samples, len(dataset)))])
+
+    @staticmethod
+    def score(generated: torch.Tensor, video: torch.Tensor, c2w: torch.Tensor, K: torch.Tensor) -> dict[str, float]:
+        """PSNR of the generated frames, of the static baseline (first frame repeated), and camera following."""
+        from solarwm.metrics import CameraFollowing, VideoPSNR
+
+        psnr, static, camera = VideoPSNR(), VideoPSNR(), CameraFollowing()
+        psnr.update(generated, video)
+        static.update(video[:, :, :1].expand_as(video), video)
+        camera.update(generated, c2w, K)
+        return {"psnr": float(psnr.compute()), "psnr_static": float(static.compute()),
+                "cam_rot_err_deg": float(camera.compute()["rot_err_deg"])}
 
     @rank_zero_only
     def log_samples(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -94,6 +110,11 @@ class EvalVideoLogger(Callback):
                 )
         finally:
             pl_module.train(was_training)
+        self.metrics = self.score(generated.float().cpu(), video.cpu(), batch["c2w"], batch["K"])
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                for name, value in self.metrics.items():
+                    logger.experiment.add_scalar(f"eval/{name}", value, step)
         side_by_side = torch.cat([video.cpu(), generated.float().cpu()], dim=-1)  # [B,3,F,H,2W]
         out_dir = Path(trainer.log_dir or trainer.default_root_dir) / "eval_videos"
         from solarwm.data.video import write_video

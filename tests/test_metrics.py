@@ -231,6 +231,14 @@ def test_unresolvable_pairs_are_counted_not_scored():
     assert out["pairs"] == 4 and out["failed_pairs"] == 4
     assert np.isnan(out["rot_err_deg"]) and np.isnan(out["trans_dir_err_deg"])
 
+    # Independent noise frames: RANSAC finds some model among ~100 random tracks, but one that
+    # explains under half of them is no estimate.
+    noise = torch.rand(1, 3, 9, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    metric = CameraFollowing()
+    metric.update(noise, torch.eye(4, dtype=torch.float64).expand(1, 9, 4, 4),
+                  torch.tensor([30.0, 30.0, 16.0, 16.0]).expand(1, 9, 4))
+    assert int(metric.compute()["pairs"]) == 2 and int(metric.compute()["failed_pairs"]) == 2
+
     # The video goes flat after frame 8: pairs (8, 12) and (12, 16) fail, (0, 4) and (4, 8) are scored.
     broken = frames[:17].copy()
     broken[9:] = 128

@@ -98,3 +98,12 @@ def test_stage2_init_from_missing_export_names_the_command(runs, tmp_path) -> No
     # LightningCLI reports the constructor's error inside its own ValueError; the message survives.
     with pytest.raises(ValueError, match=r"missing not found; make it with `solarwm fit --config recipes/tiny_bid.yaml`"):
         main(["fit", "--config", str(bad)])
+
+
+def test_solarwm_test_reports_fidelity_baselines_and_camera_following(runs, capsys) -> None:
+    """`solarwm test` on a stage-2 checkpoint scores its few-step rollout against the static baseline."""
+    assert main(["test", "--config", str(runs["tf"]), "--ckpt_path", str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
+                 "--trainer.logger", "false"]) == 0
+    out = capsys.readouterr().out
+    for name in ("test/psnr", "test/psnr_static", "test/ssim", "test/cam_rot_err_deg", "test/cam_rot_err_deg_gt"):
+        assert name in out

@@ -143,13 +143,16 @@ def estimate_relative_pose(
     ransac_threshold_px: float = 0.25,
     parallax_px: float = 1.0,
     min_inliers: int = 15,
+    min_inlier_ratio: float = 0.5,
 ) -> PoseEstimate | None:
     """Relative pose of the first and last of uint8 ``frames [n, H, W, 3]`` (pixel K ``[4]`` each); None if unresolved.
 
     The frames in between only carry the tracks. ``ransac_threshold_px`` is the epipolar
-    error allowed, in pixels of the original frames. A pair shows no parallax when a pure
-    rotation explains 90% of the essential-matrix inliers to within ``parallax_px``; its
-    rotation is then that fit and ``t`` is None.
+    error allowed, in pixels of the original frames. An essential matrix that explains fewer
+    than ``min_inliers`` tracks, or fewer than ``min_inlier_ratio`` of them, is no estimate
+    (on rendered worlds at least 0.58 of the tracks are inliers, on frames of noise 0.3). A
+    pair shows no parallax when a pure rotation explains 90% of the inliers to within
+    ``parallax_px``; its rotation is then that fit and ``t`` is None.
     """
     gray = []
     for frame in frames:
@@ -170,9 +173,11 @@ def estimate_relative_pose(
     focal = 0.25 * float(K_i[0] + K_i[1] + K_j[0] + K_j[1])
     E, mask = cv2.findEssentialMat(a, b, np.eye(3), method=cv2.RANSAC, prob=0.999,
                                    threshold=ransac_threshold_px / focal)
-    if E is None or E.shape[0] < 3 or mask is None or int(mask.sum()) < min_inliers:
+    if E is None or E.shape[0] < 3 or mask is None:
         return None
     inl = mask.ravel() == 1
+    if inl.sum() < max(min_inliers, min_inlier_ratio * len(inl)):
+        return None
 
     # Without parallax (a pan, or motion too small to see) E is degenerate: any t fits and
     # recoverPose's choice is arbitrary, so test the rotation-only model first.
@@ -221,14 +226,17 @@ class CameraFollowing(Metric):
         ransac_threshold_px: float = 0.25,
         parallax_px: float = 1.0,
         min_inliers: int = 15,
+        min_inlier_ratio: float = 0.5,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if stride < 1:
             raise ValueError(f"stride must be >= 1, got {stride}")
         self.stride, self.min_translation = stride, min_translation
-        self.estimator_args = dict(upscale=upscale, max_features=max_features, ransac_threshold_px=ransac_threshold_px,
-                                   parallax_px=parallax_px, min_inliers=min_inliers)
+        self.estimator_args = dict(
+            upscale=upscale, max_features=max_features, ransac_threshold_px=ransac_threshold_px,
+            parallax_px=parallax_px, min_inliers=min_inliers, min_inlier_ratio=min_inlier_ratio,
+        )
         self.add_state("rot_err", default=[], dist_reduce_fx="cat")
         self.add_state("trans_err", default=[], dist_reduce_fx="cat")
         for name in ("pairs", "failed_pairs", "no_translation_pairs", "no_parallax_pairs"):

@@ -108,6 +108,63 @@ class StageModule(pl.LightningModule):
             config["lr_scheduler"] = {"scheduler": self.scheduler_factory(optimizer), "interval": "step"}
         return config
 
+    # ------------------------------------------------------------------ `solarwm test`
+    #: Seed of the test rollouts (batch i uses test_seed + i), so every stage is scored on the same noise.
+    test_seed: int = 4321
+
+    def on_test_epoch_start(self) -> None:
+        """Fresh metrics: generated vs ground truth, the static baseline, the wrong-camera control, camera following."""
+        from solarwm.metrics import CameraFollowing, VideoPSNR, VideoSSIM
+
+        self.test_metrics = torch.nn.ModuleDict({
+            "psnr": VideoPSNR(), "ssim": VideoSSIM(), "psnr_static": VideoPSNR(), "psnr_wrong_camera": VideoPSNR(),
+            "camera": CameraFollowing(), "camera_gt": CameraFollowing(),
+        }).to(self.device)
+        self._other_cameras: torch.Tensor | None = None
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """Generate each held-out clip from its first frame and cameras; score it against the trivial baselines.
+
+        ``psnr_static``: the first frame repeated. ``psnr_wrong_camera``: the same model and first frame driven
+        by another clip's trajectory (the next clip in the batch, or the previous batch's first clip).
+        """
+        video, c2w, K, caption = batch["video"], batch["c2w"], batch["K"], list(batch["caption"])
+        first = video[:, :, 0]
+
+        def rollout(cameras: torch.Tensor) -> torch.Tensor:
+            generator = torch.Generator(device=self.device).manual_seed(self.test_seed + batch_idx)
+            return self.generate(first, caption, cameras, K, generator=generator).float()
+
+        metrics = self.test_metrics
+        generated = rollout(c2w)
+        metrics["psnr"].update(generated, video)
+        metrics["ssim"].update(generated, video)
+        metrics["psnr_static"].update(first[:, :, None].expand_as(video), video)
+        metrics["camera"].update(generated, c2w, K)
+        metrics["camera_gt"].update(video, c2w, K)
+        if video.shape[0] > 1:
+            other = c2w.roll(1, dims=0)
+        elif self._other_cameras is not None and self._other_cameras.shape == c2w.shape:
+            other = self._other_cameras
+        else:
+            other = None
+        self._other_cameras = c2w[:1].clone()
+        if other is not None:
+            metrics["psnr_wrong_camera"].update(rollout(other), video)
+
+    def on_test_epoch_end(self) -> None:
+        """Log ``test/psnr``, ``test/psnr_static``, ``test/psnr_wrong_camera``, ``test/ssim`` and camera following."""
+        metrics = self.test_metrics
+        for name in ("psnr", "ssim", "psnr_static", "psnr_wrong_camera"):
+            if metrics[name].update_called:
+                self.log(f"test/{name}", metrics[name].compute())
+        for key, suffix in (("camera", ""), ("camera_gt", "_gt")):
+            result = metrics[key].compute()
+            self.log(f"test/cam_rot_err_deg{suffix}", result["rot_err_deg"].float())
+            self.log(f"test/cam_trans_dir_err_deg{suffix}", result["trans_dir_err_deg"].float())
+            self.log(f"test/cam_failed_pairs{suffix}", result["failed_pairs"].float())
+        del self.test_metrics
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Tag the checkpoint with this stage and route (read by ``init_from`` and ``solarwm predict``)."""
         checkpoint["solarwm"] = {"stage": self.stage_name, "route": self.adapter.route}
