@@ -20,7 +20,14 @@ import sys
 from solarwm.camera.trajectory import compose_segments, forward, save_trajectory, yaw_turn
 save_trajectory(compose_segments([forward(8, 1.0), yaw_turn(8, 20.0)], fps=8.0, width=64, height=64), sys.argv[1])
 PY
-FIRST=$(ls -d "$RUN"/corpus/*/ | head -n 1)
+# A held-out clip (the datamodule's validation split, by stable id), never one the model trained on.
+FIRST=$(python - <<'PY'
+from solarwm.datamodules import WorldDataModule
+dm = WorldDataModule(corpus_dir="runs/tiny_bid/corpus", num_val_clips=2, num_frames=17)
+dm.setup("fit")
+print(dm.val_dataset.rows[0].folder)
+PY
+)
 solarwm predict --config recipes/tiny_bid.yaml --checkpoint "$RUN/checkpoints/last.ckpt" \
   --first_frame "$FIRST" --caption "$(cat "$FIRST/prompt.txt")" \
   --trajectory "$OUT/trajectory.json" --output "$OUT/rollout.mp4" > "$OUT/predict.json"

@@ -23,7 +23,7 @@ def generated_frames(video: torch.Tensor, num_context_frames: int) -> torch.Tens
     if not 0 <= num_context_frames < video.shape[2]:
         raise ValueError(f"num_context_frames={num_context_frames} leaves no generated frame of {video.shape[2]}")
     # Clamp as writing the video to a file would, so out-of-range decoder values are not scored.
-    return ((video[:, :, num_context_frames:].float().clamp(-1.0, 1.0) + 1.0) / 2.0)
+    return (video[:, :, num_context_frames:].float().clamp(-1.0, 1.0) + 1.0) / 2.0
 
 
 class VideoPSNR(PeakSignalNoiseRatio):

@@ -162,7 +162,8 @@ class StageModule(pl.LightningModule):
             result = metrics[key].compute()
             self.log(f"test/cam_rot_err_deg{suffix}", result["rot_err_deg"].float())
             self.log(f"test/cam_trans_dir_err_deg{suffix}", result["trans_dir_err_deg"].float())
-            self.log(f"test/cam_failed_pairs{suffix}", result["failed_pairs"].float())
+            for count in ("pairs", "failed_pairs", "no_parallax_pairs"):
+                self.log(f"test/cam_{count}{suffix}", result[count].float())
         del self.test_metrics
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
