@@ -23,7 +23,7 @@ PY
 # A held-out clip (the datamodule's validation split, by stable id), never one the model trained on.
 FIRST=$(python - <<'PY'
 from solarwm.datamodules import WorldDataModule
-dm = WorldDataModule(corpus_dir="runs/tiny_bid/corpus", num_val_clips=2, num_frames=17)
+dm = WorldDataModule(corpus_dir="runs/tiny_bid/corpus", num_val_clips=8, num_frames=17)
 dm.setup("fit")
 print(dm.val_dataset.rows[0].folder)
 PY
