@@ -136,6 +136,8 @@ def _load_checkpoint(module: LightningModule, checkpoint: Path, use_ema: bool) -
 
 
 CAUSAL_STAGES = ("tf_anyflow", "dmd")
+#: Stage arguments that name the previous stage's weights (not needed when a checkpoint is loaded).
+INIT_KEYS = ("init_from", "generator_from", "score_from")
 
 
 def _build_generator(
@@ -154,9 +156,10 @@ def _build_generator(
         from solarwm.stages.bidirectional import BidirectionalModule
 
         return BidirectionalModule(adapter=loaded), False, False
-    if "model" in recipe and "init_from" in (recipe["model"].get("init_args") or {}):
-        # The checkpoint replaces every weight, so the recipe's own init_from is not read.
-        init_args = dict(recipe["model"]["init_args"], init_from=None)
+    init_args = dict((recipe.get("model") or {}).get("init_args") or {})
+    if any(key in init_args for key in INIT_KEYS):
+        # The checkpoint replaces every weight, so the recipe's own initialisation paths are not read.
+        init_args.update({key: None for key in INIT_KEYS if key in init_args})
         recipe = dict(recipe, model=dict(recipe["model"], init_args=init_args))
     module = _stage_from_recipe(recipe, config)
     ema_used = _load_checkpoint(module, Path(checkpoint), use_ema)

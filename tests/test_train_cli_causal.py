@@ -23,7 +23,8 @@ def _shrink(path: Path, **data) -> Path:
     doc["data"]["init_args"].update(data)
     doc["data"]["init_args"]["synth"].update(frames=17)
     # A small RoPE table (24 latent frames, above the 18-frame window) so a short rollout runs past it.
-    doc["model"]["init_args"]["adapter"]["init_args"]["config"] = {"rope_max_seq_len": 24, "prediction": "x0"}
+    role = "generator" if "generator" in doc["model"]["init_args"] else "adapter"
+    doc["model"]["init_args"][role]["init_args"]["config"] = {"rope_max_seq_len": 24, "prediction": "x0"}
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -40,9 +41,16 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     tf.write_text(yaml.safe_dump(doc))
     tf = _shrink(tf, num_frames=13)
     assert main(["fit", "--config", str(tf)]) == 0
+    dmd = _tiny_recipe(root / "dmd", recipe="tiny_dmd.yaml", corpus=root / "bid" / "corpus")
+    doc = yaml.safe_load(dmd.read_text())
+    doc["model"]["init_args"].update(generator_from=str(root / "tf" / "adapter"), score_from=str(root / "bid" / "adapter"),
+                                     student_update_every=1)
+    dmd.write_text(yaml.safe_dump(doc))
+    dmd = _shrink(dmd, num_frames=13)
+    assert main(["fit", "--config", str(dmd)]) == 0
     long = compose_segments([forward(60, 6.0), yaw_turn(40, 60.0), forward(60, 6.0)], fps=8.0, width=32, height=32)
     save_trajectory(long, root / "long.json")  # 161 frames -> 41 latent frames, past the 24-row RoPE table
-    return {"root": root, "bid": bid, "tf": tf}
+    return {"root": root, "bid": bid, "tf": tf, "dmd": dmd}
 
 
 def test_stage2_starts_from_stage1_and_exports_a_causal_model(runs) -> None:
@@ -107,3 +115,18 @@ def test_solarwm_test_reports_fidelity_baselines_and_camera_following(runs, caps
     out = capsys.readouterr().out
     for name in ("test/psnr", "test/psnr_static", "test/ssim", "test/cam_rot_err_deg", "test/cam_rot_err_deg_gt"):
         assert name in out
+
+
+def test_stage3_exports_a_causal_student_and_predicts_from_checkpoint_and_export(runs, capsys) -> None:
+    """The DMD export is the student alone (no r-embedding); checkpoint and export roll out alike."""
+    meta = read_adapter_json(runs["root"] / "dmd" / "adapter")
+    assert meta["stage"] == "dmd" and meta.get("flow_map_gate") is None
+    ckpt = torch.load(runs["root"] / "dmd" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["solarwm"]["stage"] == "dmd" and len(ckpt["optimizer_states"]) == 2
+    a, b = runs["root"] / "dmd_export.mp4", runs["root"] / "dmd_ckpt.mp4"
+    _predict(runs, capsys, "--adapter", str(runs["root"] / "dmd" / "adapter"), "--trajectory", str(runs["root"] / "long.json"),
+             "--num_frames", "41", "--output", str(a))
+    summary = _predict(runs, capsys, "--config", str(runs["dmd"]), "--checkpoint", str(runs["root"] / "dmd" / "checkpoints" / "last.ckpt"),
+                       "--trajectory", str(runs["root"] / "long.json"), "--num_frames", "41", "--output", str(b))
+    assert summary["causal"] is True and summary["num_frames"] == 41
+    assert abs(read_video(a).astype(int) - read_video(b).astype(int)).mean() < 0.5
