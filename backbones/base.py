@@ -15,7 +15,11 @@ transformer and codec of one backbone and exposes, in the route's *native* terms
   ``forward(..., kv_cache=KVCache, commit=...)`` for block-by-block rollout (``new_cache``);
 * the AnyFlow flow map (eq. 2): ``enable_flow_map(gate)`` adds a copy of the time embedding that
   embeds the target time ``r`` (``r_per_frame``) and is mixed in with a fixed gate;
-* export: ``save_adapter(dir)`` / ``BackboneAdapter.load_adapter(dir)``.
+* LoRA (``solarwm.backbones.lora``): ``enable_lora(LoRAConfig)`` wraps ``config.target_modules`` of
+  the transformer in peft LoRA layers and freezes its base weights; every route takes
+  ``lora: LoRAConfig | None = None`` in ``__init__`` and calls ``self.enable_lora(lora)`` last;
+  ``merge_lora()`` folds it into the base weights;
+* export: ``save_adapter(dir, stage=None, merge_lora=False)`` / ``BackboneAdapter.load_adapter(dir)``.
 
 Stages (``solarwm.stages``) speak only this contract and never import a route module.
 
@@ -27,8 +31,9 @@ optional ``latents`` ``[B, C, f, h, w]`` (cached latents: ``encode`` is skipped)
 
 Export layout written by ``save_adapter(dir)``::
 
-    dir/adapter.json         {"schema": "solarwm.adapter/1", "route": ..., "config": {...}}
-    dir/transformer/         diffusers save_pretrained (safetensors)
+    dir/adapter.json         {"schema": "solarwm.adapter/1", "route": ..., "config": {...}, "lora": {...}|absent}
+    dir/transformer/         diffusers save_pretrained (safetensors) of the base (or the LoRA-merged) model
+    dir/lora/pytorch_lora_weights.safetensors  the LoRA (peft keys; only with LoRA, not merged)
     dir/camera.safetensors   camera weights (``camera_state_dict()``; may be empty)
     dir/flow_map.safetensors the AnyFlow r-embedding (only when ``enable_flow_map`` was called)
     dir/<extra>/             route-specific frozen parts needed to rebuild (e.g. ``vae/``)
@@ -37,6 +42,7 @@ Export layout written by ``save_adapter(dir)``::
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import dataclasses
 import importlib
@@ -49,6 +55,8 @@ from typing import Any, Callable, ClassVar
 import torch
 from safetensors.torch import load_file, save_file
 
+from solarwm.backbones import lora as _lora
+from solarwm.backbones.lora import LoRAConfig, LoRAError
 from solarwm.camera.se3 import relative_pose, se3_inverse
 from solarwm.rollout.cache import KVCache
 from solarwm.stages.objectives import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
@@ -58,6 +66,9 @@ ADAPTER_SCHEMA = "solarwm.adapter/1"
 #: Route name -> "module:Class". Resolved lazily so that listing routes imports no heavy module.
 ROUTES: dict[str, str] = {
     "wan22_ti2v_5b": "solarwm.backbones.wan22_ti2v_5b:Wan22TI2V5BAdapter",
+    "minimax_h3": "solarwm.backbones.minimax_h3:MiniMaxH3Adapter",
+    "wan22_i2v_14b": "solarwm.backbones.wan22_i2v_14b:Wan22I2V14BAdapter",
+    "ltx25": "solarwm.backbones.ltx25:LTX25Adapter",
 }
 
 
@@ -110,6 +121,7 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     Subclasses set the class attributes below, build ``self.transformer`` (a diffusers ``ModelMixin``)
     in ``__init__`` and implement the abstract methods. Frozen parts (codec/VAE, text encoder) must have
     ``requires_grad=False``; ``trainable_parameters()`` then yields exactly what a stage optimises.
+    Every route takes ``lora: LoRAConfig | None = None`` and ends ``__init__`` with ``self.enable_lora(lora)``.
     """
 
     #: Route name as in ``ROUTES`` and in ``adapter.json``.
@@ -145,6 +157,7 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         super().__init__()
         self.delta_embedding: torch.nn.Module | None = None  # the AnyFlow r-embedding (enable_flow_map)
         self._flow_map_r: torch.Tensor | None = None  # per-token r of the current call (set by forward)
+        self.lora_config: LoRAConfig | None = None  # the transformer's LoRA (enable_lora), None = full weights
 
     # ------------------------------------------------------------------ latent geometry
     def valid_num_frames(self, num_frames: int) -> bool:
@@ -361,8 +374,68 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         return {}
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """Parameters a stage optimises (transformer + camera weights; frozen parts excluded)."""
-        return [p for p in self.parameters() if p.requires_grad]
+        """Parameters a stage optimises (transformer + camera weights; frozen parts excluded).
+
+        With LoRA (``enable_lora``): exactly the LoRA weights, the camera weights (``camera_state_dict``) and
+        the flow map's ``delta_embedding`` — never a base weight of the transformer, whatever its flag.
+        """
+        if self.lora_config is None:
+            return [p for p in self.parameters() if p.requires_grad]
+        allowed = {id(p) for _, p in _lora.lora_named_parameters(self.transformer)}
+        allowed |= {id(p) for p in self.camera_parameters(self.transformer)}
+        in_transformer = {id(p) for p in self.transformer.parameters()}
+        return [p for p in self.parameters() if p.requires_grad and (id(p) in allowed or id(p) not in in_transformer)]
+
+    def camera_parameters(self, module: torch.nn.Module) -> list[torch.nn.Parameter]:
+        """The parameters of ``module`` (e.g. the transformer) that ``camera_state_dict`` returns (matched by storage)."""
+        ptrs = {(t.data_ptr(), tuple(t.shape)) for t in self.camera_state_dict().values() if t.numel()}
+        return [p for p in module.parameters() if (p.data_ptr(), tuple(p.shape)) in ptrs]
+
+    # ------------------------------------------------------------------ LoRA (peft)
+    def enable_lora(self, config: LoRAConfig | dict[str, Any] | None) -> None:
+        """Wrap ``config.target_modules`` of the transformer in LoRA layers (peft; B = 0, so outputs are unchanged).
+
+        Afterwards only the LoRA weights, the camera weights and (when enabled) the flow map train; the
+        transformer's base weights get ``requires_grad=False``. ``None`` does nothing, so a route's
+        ``__init__`` ends with ``self.enable_lora(lora)`` for its ``lora: LoRAConfig | None = None``
+        argument (settable in YAML as ``init_args.lora: {rank, alpha, target_modules, dropout}``).
+        Call it before ``enable_flow_map`` (as a route's ``__init__`` does), so the flow map's copy of the
+        time embedding has the same layers whatever the order of a later reload.
+        """
+        if config is None:
+            return
+        if self.lora_config is not None:
+            raise AdapterError(f"{self.route}: LoRA is already enabled ({self.lora_config}); merge_lora() first")
+        try:
+            config = LoRAConfig.coerce(config)
+        except LoRAError as e:
+            raise AdapterError(f"{self.route}: {e}") from e
+        camera = self.camera_parameters(self.transformer)
+        camera_flags = [p.requires_grad for p in camera]
+        try:
+            _lora.inject_lora(self.transformer, config)  # freezes every non-LoRA transformer weight
+        except LoRAError as e:
+            raise AdapterError(f"{self.route}: {e}") from e
+        for p, flag in zip(camera, camera_flags):
+            p.requires_grad_(flag)
+        self.lora_config = config
+
+    def lora_parameters(self) -> list[torch.nn.Parameter]:
+        """The transformer's LoRA weights (empty without LoRA)."""
+        return [p for _, p in _lora.lora_named_parameters(self.transformer)]
+
+    def merge_lora(self) -> None:
+        """Fold the LoRA into the transformer's base weights in place; the transformer becomes plain diffusers.
+
+        The merged weights keep their frozen flag: call ``enable_lora`` again for a new LoRA on the merged
+        base, or ``transformer.requires_grad_(True)`` to fine-tune all of it.
+        """
+        if self.lora_config is None:
+            return
+        _lora.merge_and_unload(self.transformer)
+        if self.delta_embedding is not None and _lora.has_lora(self.delta_embedding):
+            _lora.merge_and_unload(self.delta_embedding)
+        self.lora_config = None
 
     def camera_state_dict(self) -> dict[str, torch.Tensor]:
         """Camera-injection weights (e.g. per-head gates) by name; empty for parameter-free PRoPE."""
@@ -388,24 +461,34 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     def _export_extra(self, directory: Path) -> None:
         """Hook: write route-specific frozen parts needed by ``load_adapter`` (e.g. ``vae/``)."""
 
-    def save_adapter(self, directory: str | Path, stage: str | None = None) -> Path:
+    def save_adapter(self, directory: str | Path, stage: str | None = None, merge_lora: bool = False) -> Path:
         """Write ``transformer/``, ``camera.safetensors`` and ``adapter.json`` atomically into ``directory``.
 
         ``stage`` (``bidirectional``, ``tf_anyflow``, ``dmd``) is recorded so ``solarwm predict`` knows
-        whether the export is a causal model.
+        whether the export is a causal model. With LoRA, ``transformer/`` is the frozen base (diffusers keys)
+        and ``lora/`` the LoRA weights, the config in ``adapter.json["lora"]``; ``merge_lora=True`` writes the
+        merged model as a plain ``transformer/`` and no LoRA (this adapter is left as it is).
         """
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = directory.with_name(f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
         try:
             tmp.mkdir()
-            self.transformer.save_pretrained(tmp / "transformer", safe_serialization=True)
+            lora_on = self.lora_config is not None
+            with _lora.plain_modules(self.transformer, merge=merge_lora):
+                self.transformer.save_pretrained(tmp / "transformer", safe_serialization=True)
+            if lora_on and not merge_lora:
+                _lora.save_lora(self.transformer, tmp / "lora", self.lora_config)
             camera = {k: v.detach().cpu().contiguous() for k, v in self.camera_state_dict().items()}
             save_file(camera, str(tmp / "camera.safetensors"))
             self._export_extra(tmp)
             meta = {"schema": ADAPTER_SCHEMA, "route": self.route, "config": self.config_dict(), "stage": stage}
+            if lora_on and not merge_lora:
+                meta["lora"] = dataclasses.asdict(self.lora_config)
             if self.delta_embedding is not None:
-                delta = {k: v.detach().cpu().contiguous() for k, v in self.delta_embedding.state_dict().items()}
+                # A flow map copied from a LoRA-adapted time embedding is merged along with the transformer.
+                with _lora.plain_modules(self.delta_embedding, merge=True) if merge_lora else contextlib.nullcontext():
+                    delta = {k: v.detach().cpu().contiguous() for k, v in self.delta_embedding.state_dict().items()}
                 save_file(delta, str(tmp / "flow_map.safetensors"))
                 meta["flow_map_gate"] = self.flow_map_gate
             (tmp / "adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -448,8 +531,15 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         camera_path = directory / "camera.safetensors"
         if not camera_path.is_file():
             raise AdapterError(f"{camera_path} missing in adapter export {directory}")
+        kwargs.pop("lora", None)  # the export decides: adapter.json["lora"]
         adapter = cls.from_export(directory, config, **kwargs)
         adapter.load_camera_state_dict(load_file(str(camera_path)))
+        if meta.get("lora") is not None:
+            adapter.enable_lora(meta["lora"])
+            try:
+                _lora.load_lora(adapter.transformer, directory / "lora")
+            except LoRAError as e:
+                raise AdapterError(f"{directory}: {e}") from e
         if meta.get("flow_map_gate") is not None:
             delta_path = directory / "flow_map.safetensors"
             if not delta_path.is_file():

@@ -16,6 +16,7 @@ import torch
 from solarwm.backbones.base import BackboneAdapter, load_adapter
 from solarwm.camera.se3 import look_at
 from solarwm.kernels.masks import block_causal_mask
+from solarwm.rollout.engine import block_conditions
 
 
 def make_batch(adapter: BackboneAdapter, num_frames: int, height: int, width: int, batch: int = 1) -> dict:
@@ -63,8 +64,9 @@ def _inputs(adapter: BackboneAdapter, latents: torch.Tensor, seed: int) -> tuple
     return x, sigma
 
 
-def _block(cond: dict, sl: slice) -> dict:
-    return {k: (v[:, sl] if k in ("c2w", "K") else v) for k, v in cond.items()}
+def _block(adapter: BackboneAdapter, cond: dict, sl: slice) -> dict:
+    """The rollout's own per-block slice of ``cond`` (every per-latent-frame entry the adapter declares)."""
+    return block_conditions(adapter, cond, sl)
 
 
 def check_cache_exact(adapter: BackboneAdapter, batch: dict, atol: float = 1e-4) -> None:
@@ -79,7 +81,7 @@ def check_cache_exact(adapter: BackboneAdapter, batch: dict, atol: float = 1e-4)
         mask = block_causal_mask(f, adapter.tokens_per_frame(h, w), adapter.frames_per_block)
         reference = adapter(x, sigma, cond, attn_mask=mask)
         cache = adapter.new_cache(h, w)
-        outs = [adapter(x[:, :, sl], sigma[:, sl], _block(cond, sl), kv_cache=cache, commit=True)
+        outs = [adapter(x[:, :, sl], sigma[:, sl], _block(adapter, cond, sl), kv_cache=cache, commit=True)
                 for sl in adapter.block_slices(f)]
     torch.testing.assert_close(torch.cat(outs, 2), reference, atol=atol, rtol=atol)
 
@@ -96,8 +98,8 @@ def check_teacher_forcing_matches_rollout(adapter: BackboneAdapter, batch: dict,
         cache = adapter.new_cache(h, w)
         outs = []
         for sl in adapter.block_slices(clean.shape[2]):
-            outs.append(adapter(noisy[:, :, sl], sigma[:, sl], _block(cond, sl), kv_cache=cache))
-            adapter(clean[:, :, sl], torch.zeros_like(sigma[:, sl]), _block(cond, sl), kv_cache=cache, commit=True)
+            outs.append(adapter(noisy[:, :, sl], sigma[:, sl], _block(adapter, cond, sl), kv_cache=cache))
+            adapter(clean[:, :, sl], torch.zeros_like(sigma[:, sl]), _block(adapter, cond, sl), kv_cache=cache, commit=True)
     torch.testing.assert_close(tf, torch.cat(outs, 2), atol=atol, rtol=atol)
 
 
@@ -116,3 +118,39 @@ def check_export_round_trip(adapter: BackboneAdapter, batch: dict, directory: Pa
 def parameter_count(adapter: BackboneAdapter) -> int:
     """Parameters of the transformer (the published count the paper's Table 4 gives)."""
     return sum(p.numel() for p in adapter.transformer.parameters())
+
+
+def check_lora(adapter: BackboneAdapter, batch: dict, directory: Path, lora: dict) -> None:
+    """LoRA on the route (``enable_lora``): only LoRA (+ camera) weights train, B = 0 leaves the outputs
+    unchanged, a non-zero LoRA keeps the cache exact, and both exports (LoRA, merged) reproduce the outputs.
+
+    ``adapter``: a plain built adapter (no LoRA yet); ``lora``: ``{rank, alpha, target_modules, dropout}``.
+    Needs a batch of at least two causal blocks.
+    """
+    adapter.eval()
+    with torch.no_grad():
+        latents = adapter.encode(batch["video"])
+        x, sigma = _inputs(adapter, latents, 5)
+        cond = adapter.prepare_conditions(batch)
+        base = adapter(x, sigma, cond)
+        adapter.enable_lora(lora)
+        lora_params = {id(p) for p in adapter.lora_parameters()}
+        camera = {id(p) for p in adapter.camera_parameters(adapter.transformer)}
+        assert lora_params and {id(p) for p in adapter.trainable_parameters()} == lora_params | camera
+        frozen = [p for p in adapter.transformer.parameters() if id(p) not in lora_params | camera]
+        assert frozen and not any(p.requires_grad for p in frozen)
+        torch.testing.assert_close(adapter(x, sigma, cond), base, rtol=0, atol=0)  # B = 0 at init
+        g = torch.Generator().manual_seed(6)
+        for p in adapter.lora_parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g).to(p.dtype))
+        expected = adapter(x, sigma, cond)
+    check_cache_exact(adapter, batch)
+    with torch.no_grad():
+        loaded = load_adapter(adapter.save_adapter(directory / "lora", stage="bidirectional")).eval()
+        assert loaded.lora_config == adapter.lora_config
+        torch.testing.assert_close(loaded(x, sigma, loaded.prepare_conditions(batch)), expected, rtol=0, atol=0)
+        merged_dir = adapter.save_adapter(directory / "merged", stage="bidirectional", merge_lora=True)
+        assert not (merged_dir / "lora").exists()
+        merged = load_adapter(merged_dir).eval()
+        assert merged.lora_config is None
+        torch.testing.assert_close(merged(x, sigma, merged.prepare_conditions(batch)), expected, rtol=0, atol=1e-5)

@@ -13,6 +13,8 @@ The finished x0 is then committed to the cache by one more forward at sigma 0, s
 reads clean history. ``exit_step`` stops a block early and commits that step's x0 (DMD's
 rollout-and-replay draws one exit step for all blocks). The TI2V anchor (the encoded first frame)
 stays clean at sigma 0 in the first block.
+Per-latent-frame conditions (the cameras; the I2V route's image condition ``y``) are sliced per
+block by ``block_conditions``.
 
 Blocks are decoded as they come (``video_blocks``) with the route's streaming decoder, so memory is
 flat in the horizon; the RoPE table is never exceeded because the cache reads at window-local
@@ -39,6 +41,13 @@ def few_step_sigmas(num_steps: int, shift: float, device: torch.device | str | N
     if num_steps < 1:
         raise ValueError(f"few_step_sigmas: num_steps must be >= 1, got {num_steps}")
     return shift_sigmas(torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64), shift).float().to(device)
+
+
+def block_conditions(adapter: BackboneAdapter, cond: dict[str, Any], frames: slice) -> dict[str, Any]:
+    """``cond`` for one causal block: every per-latent-frame entry (indexed ``[B, f, ...]``; the adapter's
+    ``per_frame_conditions``, default the cameras ``c2w`` and ``K``) sliced to ``[:, frames]``, the rest as is."""
+    names = getattr(adapter, "per_frame_conditions", ("c2w", "K"))
+    return dict(cond, **{name: cond[name][:, frames] for name in names if name in cond})
 
 
 @dataclass
@@ -76,19 +85,19 @@ class Rollout:
         text_embeds: torch.Tensor | None = None,
         text_mask: torch.Tensor | None = None,
     ) -> dict[str, Any]:
-        """Rollout-wide conditions: text features once, every latent frame's camera, the anchor latent."""
+        """Rollout-wide conditions: the adapter's ``prepare_conditions`` (text features, every latent frame's
+        camera, route extras such as the I2V image condition built from ``first_frame``) plus the anchor latent."""
         adapter = self.adapter
-        batch: dict[str, Any] = {"caption": caption or [""] * first_frame.shape[0]}
+        device = first_frame.device
+        batch: dict[str, Any] = {
+            "caption": caption or [""] * first_frame.shape[0], "c2w": c2w.to(device), "K": K.to(device),
+            "image_size": (first_frame.shape[-1], first_frame.shape[-2]), "first_frame": first_frame,
+        }
         if text_embeds is not None:
             batch["text_embeds"], batch["text_mask"] = text_embeds, text_mask
-        embeds, _ = adapter.text_features(batch)
-        lat_c2w, lat_K = adapter.latent_cameras(c2w, K)
-        anchor = adapter.encode(first_frame[:, :, None]).float()  # [B, C, 1, h, w]
-        return {
-            "text_embeds": embeds.to(first_frame.device), "c2w": lat_c2w.to(first_frame.device),
-            "K": lat_K.to(first_frame.device), "image_size": (first_frame.shape[-1], first_frame.shape[-2]),
-            "anchor": anchor,
-        }
+        cond = adapter.prepare_conditions(batch)
+        cond["anchor"] = adapter.encode(first_frame[:, :, None]).float()  # [B, C, 1, h, w]
+        return cond
 
     @torch.no_grad()
     def latent_blocks(
@@ -114,7 +123,7 @@ class Rollout:
         gen_device = generator.device if generator is not None else device
         for frames in adapter.block_slices(num_latents):
             n = frames.stop - frames.start
-            block_cond = dict(cond, c2w=cond["c2w"][:, frames], K=cond["K"][:, frames])
+            block_cond = block_conditions(adapter, cond, frames)
             clean = max(0, min(adapter.clean_latent_frames - frames.start, n))  # anchor frames in this block
             x = torch.randn((b, c, n, h, w), generator=generator, device=gen_device).to(device)
             x[:, :, :clean] = anchor[:, :, :clean]

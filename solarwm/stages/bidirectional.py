@@ -130,7 +130,10 @@ class BidirectionalModule(StageModule):
         b, _, height, width = first_frame.shape
         num_frames = c2w.shape[1]
         f = adapter.latent_frames(num_frames)
-        batch: dict[str, Any] = {"caption": list(caption), "c2w": c2w, "K": K, "image_size": (width, height)}
+        batch: dict[str, Any] = {
+            "caption": list(caption), "c2w": c2w, "K": K, "image_size": (width, height),
+            "first_frame": first_frame.to(self.device),
+        }  # first_frame: routes with an image condition (I2V's y) build it in prepare_conditions
         if text_embeds is not None:
             batch["text_embeds"], batch["text_mask"] = text_embeds, text_mask
         cond = adapter.prepare_conditions(batch)

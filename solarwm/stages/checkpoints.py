@@ -3,6 +3,11 @@
 Every stage initialises from the previous one by path (``init_from:`` in its YAML), and
 ``solarwm predict`` loads a checkpoint or export the same way; this is the one reader they share.
 Checkpoints are read with ``torch.load(..., weights_only=True)``: tensors and plain containers only.
+
+LoRA (``solarwm.backbones.lora``): a LoRA adapter's weights load into an adapter with the same LoRA by key;
+plain weights (a full fine-tune or a merged export) load into a LoRA adapter as its frozen base (``x.weight``
+-> ``x.base_layer.weight``; the LoRA keeps its zero-update init); a LoRA *export* loads into a plain adapter
+merged. A LoRA *checkpoint* into a plain adapter is refused (export it, or merge it, first).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from solarwm.backbones.lora import base_key, is_lora_key
 
 
 class StageCheckpointError(ValueError):
@@ -55,10 +62,13 @@ def checkpoint_stage(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return dict(checkpoint.get("solarwm") or {})
 
 
-def adapter_state(path: str | Path, prefix: str = "adapter.", use_ema: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def adapter_state(
+    path: str | Path, prefix: str = "adapter.", use_ema: bool = True, merge_lora: bool = False
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Adapter weights from a Lightning checkpoint (keys under ``prefix``) or an adapter export folder.
 
     Returns ``(state_dict, info)`` with ``info = {"stage", "route", "ema"}`` as far as known.
+    ``merge_lora``: an export with a LoRA is returned merged (plain keys).
     """
     path = Path(path)
     if path.is_dir():
@@ -66,6 +76,8 @@ def adapter_state(path: str | Path, prefix: str = "adapter.", use_ema: bool = Tr
 
         meta = read_adapter_json(path)
         adapter = load_adapter(path)
+        if merge_lora:
+            adapter.merge_lora()
         return adapter.state_dict(), {"stage": meta.get("stage"), "route": meta["route"], "ema": None}
     checkpoint = read_checkpoint(path)
     state, ema = module_state(checkpoint, use_ema)
@@ -88,14 +100,27 @@ def load_adapter_weights(
     ``expect_stage``: the stages this may come from; a checkpoint tagged with another stage or another
     route is refused with a message naming both.
     """
-    state, info = adapter_state(path, prefix, use_ema)
+    own_keys = set(adapter.state_dict())
+    own_lora = any(is_lora_key(k) for k in own_keys)
+    state, info = adapter_state(path, prefix, use_ema, merge_lora=not own_lora)
     route = getattr(adapter, "route", None)
     if info.get("route") and route and info["route"] != route:
         raise StageCheckpointError(f"{path} holds route {info['route']!r}, the recipe builds {route!r}")
     if expect_stage and info.get("stage") and info["stage"] not in expect_stage:
         raise StageCheckpointError(f"{path} is a {info['stage']!r} checkpoint, expected one of {list(expect_stage)}")
     state = {k: v for k, v in state.items() if not k.startswith(ignore)} if ignore else state
-    own = {k for k in adapter.state_dict() if not k.startswith(ignore)} if ignore else set(adapter.state_dict())
+    own = {k for k in own_keys if not k.startswith(ignore)} if ignore else own_keys
+    state_lora = any(is_lora_key(k) for k in state)
+    if state_lora and not own_lora:
+        raise StageCheckpointError(
+            f"{path} holds LoRA weights, the recipe builds {type(adapter).__name__} without LoRA: add the same "
+            "`lora:` to the recipe's adapter, or load a merged export (save_adapter(..., merge_lora=True))"
+        )
+    if own_lora and not state_lora:
+        # Plain weights as the frozen base of this LoRA adapter; the LoRA keeps its init (B = 0).
+        plain = {base_key(k): k for k in own if ".base_layer." in k}
+        state = {plain.get(k, k) if k not in own else k: v for k, v in state.items()}
+        own = {k for k in own if not is_lora_key(k)}
     missing, unexpected = sorted(own - set(state)), sorted(set(state) - own)
     if missing or unexpected:
         raise StageCheckpointError(

@@ -1,0 +1,998 @@
+"""Route ``minimax_h3``: SolarWM-minimax-h3-33B on diffusers' ``MiniMaxH3Transformer3DModel`` (paper §6, Table 4).
+
+The route keeps H3's native multimodal packing instead of turning it into a video-only DiT. One forward
+packs, per sample, the rows
+
+    [ caption (text) rows | one-frame VisualVAE anchor rows | audio rows | target video rows ]
+      tag 1, t = 1          tag 0, t = 0.999                tag 2, t = 1   tag 0, t = 1 - sigma
+
+(tags: H3's modality tags, 0 video / 1 text / 2 audio; ``t``: H3's native time, see below).
+
+* **Text rows.** The published model reads Qwen joint caption/image features (``text_dim`` 5120). The Qwen
+  conditioner is frozen and not part of this route: batches carry precomputed ``text_embeds``
+  (``text_encoder="none"``). The embedded default uses ``HashingTextEncoder`` at ``text_dim``.
+* **Anchor rows.** The first frame, encoded *alone* by the codec (H3's VisualVAE encodes a single frame through
+  its spatial path: one latent frame), patchified like the video; ``cond["image_anchor"] [B, C, 1, h, w]``
+  (not the engine's ``cond["anchor"]``, which names anchor frames *inside* the video and is empty here). It is a separate condition, not latent 0 of
+  the video, so ``clean_latent_frames = 0``: target latent 0 stays generated and supervised. The anchor carries
+  native ``t = config.anchor_t`` (0.999, H3's ``keyframe_timestep``); the reference additionally mixes in 0.1 %
+  noise as a training augmentation, which this route leaves out so that a forward is a function of its inputs.
+* **Audio rows.** H3's audio stream is kept because it is small; it carries encoded silence and no loss.
+  ``config.audio_rows`` rows of ``audio_in_channels`` (published: 264 = ceil(158 / 24 fps x 40 AudioVAE
+  latents/s), the 158-frame training clip) at native ``t = config.audio_t`` (1.0: a clean condition). The
+  silence latent is a fixed buffer: zeros, or the AudioVAE encoding of silence read from
+  ``config.audio_silence_path`` (a safetensors file with one tensor ``silence [audio_rows, audio_in_channels]``).
+  The same rows serve every clip length and the hour-long rollout (silence carries no timing).
+* **Target rows.** The latents patchified by ``patch_size`` (1, 2, 2), frame-major (t, h, w); each row holds the
+  patch channels in (c, ph, pw) order (NB: the official packer's channel order was not available here; a
+  pretrained checkpoint must be checked against it).
+
+Positions (H3's 3-axis MM-RoPE, ``(t, h, w)`` per row): text row i at (i, i, i); video time starts at
+``L`` = the number of text rows; the anchor sits at the time of frame 0, (L, y, x); target frame j at
+(L + j, y, x); audio row i at (L + i·ρ,)·3 with ρ = latent frames per second / audio latents per second,
+so audio is time-aligned with the video.
+
+**Time convention.** H3 is data-ward: ``x_t = t·x0 + (1 - t)·eps``, ``t = 1`` clean, and the network predicts
+the native velocity ``d x_t / d t = x0 - eps``. The contract is noise-ward: ``sigma`` = noise level,
+``x_sigma = (1 - sigma)·x0 + sigma·eps``, target ``eps - x0``. So inside the route ``t = 1 - sigma`` (model
+timestep, unscaled in [0, 1]) and ``prediction = -(native output)``; nothing outside this module sees ``t``.
+The flow map's ``r`` converts the same way (``r_native = 1 - r_sigma``).
+
+**Latent geometry.** H3's VisualVAE encodes 17-frame clips with the latent cadence (1, 4, 4, 4, 4) and drops
+the 3 trailing latents of the last clip: ``17n + 5`` pixel frames -> ``5n + 2`` latent frames (158 -> 47).
+Latent ``5c + k`` stands for the last pixel frame of its group: ``17c + (0, 4, 8, 12, 16)[k]``.
+Codecs: ``h3_patchify`` (embedded default: lossless, the same cadence, each 17-frame chunk through
+``PatchifyCodec``) or ``h3_vae`` (``AutoencoderKLMiniMaxH3``: latents normalised by ``latents_mean/std``, pixels
+ImageNet-normalised as the class expects).
+
+**Camera.** Head dim 128: H3's MM-RoPE rotates dims [0:96) (2·3·``rope_freq_dim``); fused PRoPE
+(``solarwm.kernels.prope.prope_attention``) acts on [96:128) only (``camera_head_dims``). The anchor and the
+target rows carry cameras (the anchor: camera of latent frame 0); text and audio rows carry the identity
+projective matrix, so they see no camera. Cameras are w2c relative to the clip's first latent frame (the
+reference's first-frame-relative viewmats, not rebased per window). ``H3PRoPEAttnProcessor`` does the class's
+own q/k/v, per-head RMS norms and MM-RoPE, then ``prope_attention``. Parameter-free: ``camera_state_dict()`` is
+empty.
+
+**Batching.** The diffusers class shares one packed layout (one timestep table, one set of row indices) across
+the batch, but the contract gives every sample its own ``sigma``. The route therefore folds the batch into the
+packed sequence (batch 1 for diffusers, ``B`` documents back to back with per-sample timestep entries) and the
+attention processors unfold it: attention never crosses samples. The text refiner runs unfolded (a pre/post
+hook on ``token_refiner``).
+
+**Causal mode** (reference §1.3, §4.2-4.3): ``frames_per_block = 5``, a window of 6 blocks. The prefix rows
+(text, anchor, audio) are a permanent condition: every video row sees all of them, and prefix rows see only
+the prefix (so their K/V do not depend on the video and are recomputed on every call instead of being
+cached). Teacher forcing: ``[prefix | clean video | noisy video]``; clean rows see the prefix and the clean
+video up to their block, noisy block i sees the prefix, clean blocks [i-5, i) and itself; clean and noisy
+copies share positions and cameras. The KV cache (``solarwm.rollout.cache.KVCache``) holds the un-roped
+video K/V of the last 5 blocks; video positions are window-local (L + 0..W-1, the query block at the tail),
+prefix positions stay native. The cache also remembers the rollout's first camera (``h3_origin``), the
+anchor's camera and the reference of every relative viewmat. Without a mask (stage 1) the attention is H3's
+native full attention over the whole packed sequence. As in the reference, teacher forcing keeps absolute video
+positions (L + 0..f-1) while the rollout is window-local, so once the window rolls (more than 6 blocks) the
+prefix-to-video position offsets differ between the two (video-to-video offsets do not); within the window the
+cached rollout equals teacher forcing exactly (tested). On CUDA the teacher-forcing mask is a FlexAttention
+``BlockMask`` (``flex_masks``); the cached block's mask (prefix rows see only the prefix) stays dense.
+Not implemented: streaming decode of the VisualVAE (``stream_decoder`` raises), and the Qwen conditioner and the
+AudioVAE themselves (their outputs come precomputed: ``text_embeds``, ``audio_silence_path``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Literal
+
+import torch
+from diffusers import AutoencoderKLMiniMaxH3, MiniMaxH3Transformer3DModel
+from diffusers.models.transformers.transformer_minimax_h3 import _apply_rotary_emb
+from safetensors.torch import load_file, save_file
+
+from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.backbones.codecs import CodecError, PatchifyCodec
+from solarwm.backbones.lora import LoRAConfig
+from solarwm.backbones.text import HashingTextEncoder, zero_padding
+from solarwm.backbones.wan_attention import ContextRotary
+from solarwm.kernels.masks import MaskMod, flex_block_mask, teacher_forcing_mask, teacher_forcing_mask_mod
+from solarwm.kernels.prope import prope_attention
+from solarwm.rollout.cache import KVCache
+
+#: H3 modality tags (``MINIMAX_H3_MODALITY_NUM`` = 3 in diffusers).
+TAG_VIDEO, TAG_TEXT, TAG_AUDIO = 0, 1, 2
+#: Pixel frames per VisualVAE clip and its latent cadence.
+CLIP_FRAMES = 17
+CADENCE = (1, 4, 4, 4, 4)
+LATENTS_PER_CLIP = len(CADENCE)
+#: Pixel frame (within its clip) that each latent of a clip stands for: the last frame of its group.
+_CADENCE_END = tuple(sum(CADENCE[: k + 1]) - 1 for k in range(LATENTS_PER_CLIP))  # (0, 4, 8, 12, 16)
+#: File of the silence latent inside an export (when ``audio_silence_path`` was set).
+SILENCE_FILE = "audio_silence.safetensors"
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+#: LoRA of the published H3 recipes (reference: rank 384 on the blocks' q/k/v/o + FFN). peft matches by name
+#: suffix, so these also adapt the 2 text-refiner blocks (same module names), a small superset of the reference.
+H3_LORA_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
+
+#: A few-hundred-k-parameter ``AutoencoderKLMiniMaxH3`` with the published geometry (17n+5 -> 5n+2, 16x).
+TINY_H3_VAE_CONFIG: dict[str, Any] = {
+    "latent_channels": 8, "block_out_channels": [8, 8, 8, 8, 8, 8], "layers_per_block": 1,
+    "norm_num_groups": 4, "decoder_num_layers": 1, "decoder_num_attention_heads": 2,
+    "decoder_attention_head_dim": 16, "decoder_num_register_tokens": 1,
+    "latents_mean": [0.0] * 8, "latents_std": [1.0] * 8,
+}
+#: ``h3`` = the diffusers defaults, which are the released VisualVAE geometry (24 channels, 16x, 17-frame clips).
+VAE_CONFIGS: dict[str, dict[str, Any]] = {"h3": {}, "tiny": TINY_H3_VAE_CONFIG}
+
+
+# ---------------------------------------------------------------------------------------------- geometry
+def h3_valid_num_frames(num_frames: int) -> bool:
+    """True when ``num_frames = 17n + 5`` (n >= 0)."""
+    return num_frames >= 5 and (num_frames - 5) % CLIP_FRAMES == 0
+
+
+def h3_latent_frames(num_frames: int) -> int:
+    """``17n + 5 -> 5n + 2``."""
+    return LATENTS_PER_CLIP * ((num_frames - 5) // CLIP_FRAMES) + 2
+
+
+def h3_latent_to_pixel_frame(num_latent_frames: int) -> torch.Tensor:
+    """Latent ``5c + k`` -> pixel frame ``17c + (0, 4, 8, 12, 16)[k]`` (the last frame of its cadence group)."""
+    idx = torch.arange(num_latent_frames, dtype=torch.long)
+    ends = torch.tensor(_CADENCE_END, dtype=torch.long)
+    return CLIP_FRAMES * (idx // LATENTS_PER_CLIP) + ends[idx % LATENTS_PER_CLIP]
+
+
+class H3PatchifyCodec(torch.nn.Module):
+    """Lossless codec with H3's temporal cadence (embedded default; no weights).
+
+    The video is cut into 17-frame clips (the last one 5 frames); each clip goes through
+    ``PatchifyCodec(temporal=4)`` (17 = 4·4 + 1 -> 5 latents with cadence (1, 4, 4, 4, 4); 5 -> 2 latents).
+    A single frame (the image anchor) -> one latent. ``decode(encode(x)) == x`` exactly. Every latent
+    decodes on its own (1 frame when its index is a multiple of 5, else 4), so streaming is exact.
+    """
+
+    def __init__(self, spatial: int = 2, scale: float = 2.0) -> None:
+        super().__init__()
+        self.inner = PatchifyCodec(spatial=spatial, temporal=4, scale=scale)
+        self.spatial_compression = spatial
+        self.temporal_compression = 4
+        self.latent_channels = self.inner.latent_channels
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, F, H, W]`` with F = 17n + 5 (or 1) -> ``[B, C, 5n + 2 (or 1), H/s, W/s]``."""
+        frames = video.shape[2] if video.dim() == 5 else -1
+        if frames != 1 and not h3_valid_num_frames(frames):
+            raise CodecError(f"H3PatchifyCodec.encode: video must be [B, 3, 17n+5 or 1, H, W], got {tuple(video.shape)}")
+        chunks = video.split(CLIP_FRAMES, dim=2)
+        return torch.cat([self.inner.encode(c) for c in chunks], dim=2)
+
+    def decode_latents(self, latents: torch.Tensor, first_index: int = 0) -> torch.Tensor:
+        """Decode latents whose first one has global index ``first_index`` in its clip's latent sequence."""
+        x = self.inner._unfold(latents)  # [B, 3, f, 4, H, W]
+        frames = []
+        for i in range(x.shape[2]):
+            group = x[:, :, i]
+            if (first_index + i) % LATENTS_PER_CLIP == 0:  # a stand-alone frame stored 4 times: exact mean
+                frames.append(((group[:, :, 0:1] + group[:, :, 1:2]) + (group[:, :, 2:3] + group[:, :, 3:4])) / 4)
+            else:
+                frames.append(group)
+        return torch.cat(frames, dim=2)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Exact inverse of ``encode``: ``[B, C, f, h, w]`` -> ``[B, 3, F, H, W]``."""
+        return self.decode_latents(latents, 0)
+
+    def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Decode consecutive latent blocks of one clip; concatenated outputs equal ``decode``."""
+        state = {"seen": 0}
+
+        def decode_block(latents: torch.Tensor) -> torch.Tensor:
+            out = self.decode_latents(latents, state["seen"])
+            state["seen"] += latents.shape[2]
+            return out
+
+        return decode_block
+
+
+class H3VAECodec(torch.nn.Module):
+    """``AutoencoderKLMiniMaxH3`` (H3's VisualVAE) between [-1, 1] video and normalised latents."""
+
+    def __init__(self, vae: AutoencoderKLMiniMaxH3) -> None:
+        super().__init__()
+        self.vae = vae
+        cfg = vae.config
+        if int(cfg.clip_length) != CLIP_FRAMES or int(vae.temporal_compression_ratio) != 4 or int(cfg.token_drop) != 3:
+            raise AdapterError(
+                f"minimax_h3: VisualVAE geometry clip_length={cfg.clip_length}, temporal ratio "
+                f"{vae.temporal_compression_ratio}, token_drop={cfg.token_drop}; the route needs 17, 4, 3 (17n+5 -> 5n+2)"
+            )
+        self.spatial_compression = int(vae.spatial_compression_ratio)
+        self.temporal_compression = 4
+        self.latent_channels = int(cfg.latent_channels)
+        self.register_buffer("mean", torch.tensor(cfg.latents_mean, dtype=torch.float32).view(1, -1, 1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(cfg.latents_std, dtype=torch.float32).view(1, -1, 1, 1, 1), persistent=False)
+        self.register_buffer("pix_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1, 1), persistent=False)
+        self.register_buffer("pix_std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1, 1), persistent=False)
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        frames = video.shape[2] if video.dim() == 5 else -1
+        if frames != 1 and not h3_valid_num_frames(frames):
+            raise CodecError(f"H3VAECodec.encode: video must be [B, 3, 17n+5 or 1, H, W], got {tuple(video.shape)}")
+        pixels = ((video.float() + 1.0) / 2.0 - self.pix_mean) / self.pix_std
+        z = self.vae.encode(pixels).latent_dist.mode().float()
+        return (z - self.mean) / self.std
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        z = latents.float() * self.std + self.mean
+        frames = None
+        if z.shape[2] == 2:
+            # diffusers' chunked decoder has no chunk for the shortest clip (5 frames -> 2 latents); pad with the
+            # last latent repeated, as it does itself for a partial chunk, and keep the 5 requested frames.
+            z, frames = torch.cat([z, z[:, :, -1:].expand(-1, -1, LATENTS_PER_CLIP, -1, -1)], 2), 5
+        pixels = self.vae.decode(z).sample.float() * self.pix_std + self.pix_mean
+        if frames is not None:
+            pixels = pixels[:, :, :frames]
+        return pixels * 2.0 - 1.0
+
+
+# ---------------------------------------------------------------------------------------------- attention
+@dataclass
+class H3AttentionContext:
+    """One call's attention state, attached to the rotary tuple H3 hands to every block.
+
+    The packed sequence is ``batch`` documents of ``rows`` rows folded into one. ``viewmats``/``K``: per-row
+    query cameras ``[B, rows, 4, 4]`` / ``[B, rows, 4]`` (identity on text/audio rows). ``attn_mask``: dense bool
+    ``[rows, kv_rows]`` or ``[B, 1, rows, kv_rows]`` (None: full attention). With a ``cache``: ``prefix_rows``
+    rows of every document are the prefix (never cached), the rest are the query block; keys are
+    ``[prefix | cached video | query video]`` with cameras ``kv_viewmats``/``kv_K`` and rotary positions
+    ``kv_position_ids``.
+    """
+
+    batch: int
+    viewmats: torch.Tensor
+    K: torch.Tensor
+    image_size: tuple[int, int]
+    attn_mask: torch.Tensor | None = None
+    prefix_rows: int = 0
+    cache: KVCache | None = None
+    commit: bool = False
+    kv_viewmats: torch.Tensor | None = None
+    kv_K: torch.Tensor | None = None
+    kv_position_ids: torch.Tensor | None = None
+    kv_freqs: tuple[torch.Tensor, torch.Tensor] | None = None  # filled by the rope hook
+
+
+def attach_h3_context(rope: torch.nn.Module, args: tuple, output: tuple) -> tuple:
+    """Forward hook on ``transformer.rope``: attach the call's context (and the window's rotary tables)."""
+    context: H3AttentionContext | None = getattr(rope, "_solarwm_context", None)
+    if context is None:
+        return output
+    if context.kv_position_ids is not None:
+        context.kv_freqs = rope.forward(context.kv_position_ids.to(args[0].device))  # .forward: no hook recursion
+    wrapped = ContextRotary(output)
+    wrapped.context = context
+    return wrapped
+
+
+class H3PRoPEAttnProcessor:
+    """Self-attention of ``MiniMaxH3TransformerBlock``: MiniMaxH3AttnProcessor's math + fused PRoPE (+ KV cache).
+
+    q/k/v projections, per-head RMS norms and MM-RoPE (dims [0, 6·rope_freq_dim)) exactly as the native
+    processor, then ``prope_attention`` with PRoPE on ``head_dims`` only. One instance per block.
+    """
+
+    def __init__(self, head_dims: tuple[int, int], layer_index: int = 0) -> None:
+        self.head_dims = slice(*head_dims)
+        self.layer_index = layer_index
+
+    def __call__(
+        self,
+        attn: torch.nn.Module,
+        hidden_states: torch.Tensor,
+        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        ctx: H3AttentionContext | None = getattr(rotary_emb, "context", None)
+        if ctx is None:
+            raise AdapterError(
+                "minimax_h3: camera condition missing in self-attention: call the adapter (it packs the "
+                "sequence and sets the cameras), not the bare transformer"
+            )
+        if getattr(attn, "fused_projections", False):
+            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        else:
+            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+        b = ctx.batch
+        rows = hidden_states.shape[1] // b
+        # Unfold the documents: [1, B*rows, H*D] -> [B, rows, H, D].
+        query = attn.norm_q(query.reshape(b, rows, attn.heads, -1))
+        key = attn.norm_k(key.reshape(b, rows, attn.heads, -1))
+        value = value.reshape(b, rows, attn.heads, -1)
+        cos, sin = rotary_emb[0][:rows], rotary_emb[1][:rows]  # every document has the same layout
+        query = _apply_rotary_emb(query, cos, sin)
+        if ctx.cache is None:
+            key = _apply_rotary_emb(key, cos, sin)
+            kv_viewmats, kv_K = ctx.viewmats, ctx.K
+        else:
+            p = ctx.prefix_rows
+            if ctx.commit:
+                ctx.cache.stage(self.layer_index, key[:, p:], value[:, p:])  # un-roped video K/V
+            past_k, past_v = ctx.cache.layer(self.layer_index)
+            if past_k is not None:
+                key = torch.cat([key[:, :p], past_k.to(key.dtype), key[:, p:]], 1)
+                value = torch.cat([value[:, :p], past_v.to(value.dtype), value[:, p:]], 1)
+            key = _apply_rotary_emb(key, *ctx.kv_freqs)
+            kv_viewmats, kv_K = ctx.kv_viewmats, ctx.kv_K
+        mask = attention_mask if attention_mask is not None else ctx.attn_mask
+        out = prope_attention(
+            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+            ctx.viewmats, ctx.K, kv_viewmats, kv_K, ctx.image_size, head_dims=self.head_dims, attn_mask=mask,
+        )
+        out = out.transpose(1, 2).reshape(1, b * rows, -1).type_as(query)
+        out = attn.to_out[0](out)
+        return attn.to_out[1](out)
+
+
+# ---------------------------------------------------------------------------------------------- config
+@dataclass
+class MiniMaxH3Config:
+    """Config of the route; ``published()`` is the 33B H3 Omni Transformer, ``tiny()`` the same classes for a CPU."""
+
+    num_layers: int = 2
+    num_refiner_layers: int = 1
+    num_attention_heads: int = 2
+    attention_head_dim: int = 128
+    hidden_size: int = 256
+    ffn_dim: int = 512
+    audio_in_channels: int = 8
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    text_dim: int = 32
+    freq_dim: int = 32
+    time_embed_hidden_dim: int = 128
+    time_embed_dim: int = 64
+    rope_freq_dim: int = 16
+    #: ``h3_patchify``: lossless, H3's cadence (embedded default); ``h3_vae``: AutoencoderKLMiniMaxH3.
+    codec: Literal["h3_vae", "h3_patchify"] = "h3_patchify"
+    patchify_spatial: int = 2
+    #: AutoencoderKLMiniMaxH3 config used when no ``pretrained_path`` gives ``vae/``: ``h3`` or ``tiny``.
+    vae_config: Literal["h3", "tiny"] = "tiny"
+    #: ``hashing``: HashingTextEncoder (embedded default); ``none``: batches carry precomputed Qwen ``text_embeds``.
+    text_encoder: Literal["hashing", "none"] = "hashing"
+    text_max_length: int = 16
+    #: Silent audio rows (a permanent condition, zero loss) and their source (None: zeros).
+    audio_rows: int = 4
+    audio_silence_path: str | None = None
+    #: AudioVAE latents per second and the video frame rate (time-align the audio rows' positions).
+    audio_latents_per_second: float = 40.0
+    fps: float = 24.0
+    #: Native H3 times of the condition rows (t = 1 clean): anchor (keyframe_timestep) and audio.
+    anchor_t: float = 0.999
+    audio_t: float = 1.0
+    #: Flow timestep shift on sigma (H3: 12).
+    shift: float = 3.0
+    #: ``(start, stop)`` head dims that get PRoPE; must not overlap the MM-RoPE dims [0, 6·rope_freq_dim).
+    camera_head_dims: tuple[int, int] = (96, 128)
+
+    def __post_init__(self) -> None:
+        self.patch_size = tuple(self.patch_size)
+        self.camera_head_dims = tuple(self.camera_head_dims)
+
+    @classmethod
+    def tiny(cls) -> "MiniMaxH3Config":
+        """2 layers, 2 heads x 128 (MM-RoPE [0:96), PRoPE [96:128)), hidden 256, patchify codec, hashing text."""
+        return cls()
+
+    @classmethod
+    def published(cls) -> "MiniMaxH3Config":
+        """The H3 Omni Transformer (33.1 B): 50 layers, 56 heads x 128, hidden 5376, ffn 14336, Qwen 5120-d rows."""
+        return cls(
+            num_layers=50, num_refiner_layers=2, num_attention_heads=56, attention_head_dim=128, hidden_size=5376,
+            ffn_dim=14336, audio_in_channels=32, text_dim=5120, freq_dim=256, time_embed_hidden_dim=5376,
+            time_embed_dim=2688, rope_freq_dim=16, codec="h3_vae", vae_config="h3", text_encoder="none",
+            text_max_length=512, audio_rows=math.ceil(158 / 24.0 * 40.0), shift=12.0,
+        )
+
+    def transformer_kwargs(self, in_channels: int) -> dict[str, Any]:
+        """Keyword arguments of ``MiniMaxH3Transformer3DModel`` for this config."""
+        return dict(
+            num_attention_heads=self.num_attention_heads, attention_head_dim=self.attention_head_dim,
+            hidden_size=self.hidden_size, num_layers=self.num_layers, num_refiner_layers=self.num_refiner_layers,
+            ffn_dim=self.ffn_dim, in_channels=in_channels, audio_in_channels=self.audio_in_channels,
+            patch_size=self.patch_size, text_dim=self.text_dim, freq_dim=self.freq_dim,
+            time_embed_hidden_dim=self.time_embed_hidden_dim, time_embed_dim=self.time_embed_dim,
+            rope_freq_dim=self.rope_freq_dim,
+        )
+
+
+# ---------------------------------------------------------------------------------------------- adapter
+class MiniMaxH3Adapter(BackboneAdapter):
+    """Backbone adapter of SolarWM-minimax-h3-33B: native H3 packing, data-ward time inside, PRoPE on [96:128).
+
+    ``config`` (default: ``preset``'s); ``pretrained_path``: a local diffusers folder with ``transformer/``
+    (and ``vae/`` for ``codec="h3_vae"``); ``device="meta"`` builds without allocating (parameter counting);
+    ``lora``: LoRA on the transformer (``BackboneAdapter.enable_lora``; published recipes: rank 384 on
+    ``H3_LORA_TARGETS``).
+    """
+
+    route = "minimax_h3"
+    config_class = MiniMaxH3Config
+    clean_latent_frames = 0  # the image is a separate anchor condition; latent 0 is generated and supervised
+    timestep_scale = 1.0  # native t = 1 - sigma, unscaled
+    frames_per_block = 5
+    window_blocks = 6
+    #: ``cond`` entries indexed ``[B, f, ...]`` (sliced per causal block); the anchor is not one of them.
+    per_frame_conditions: ClassVar[tuple[str, ...]] = ("c2w", "K")
+    #: Teacher-forcing mask as a FlexAttention ``BlockMask`` (True), a dense bool mask (False) or by device
+    #: (None: BlockMask on CUDA, where a dense mask of the published layout, ~96.5k rows, would take ~9 GB).
+    flex_masks: bool | None = None
+
+    def __init__(
+        self,
+        config: MiniMaxH3Config | None = None,
+        preset: Literal["tiny", "published"] = "tiny",
+        pretrained_path: str | None = None,
+        device: str | None = None,
+        lora: LoRAConfig | None = None,
+    ) -> None:
+        super().__init__()
+        if config is None:
+            config = MiniMaxH3Config.tiny() if preset == "tiny" else MiniMaxH3Config.published()
+        self.config = config = dataclasses.replace(config)
+        if config.patch_size[0] != 1 or config.patch_size[1] != config.patch_size[2]:
+            raise AdapterError(f"{self.route}: patch_size must be (1, p, p), got {config.patch_size}")
+        rotary = 6 * config.rope_freq_dim
+        start, stop = config.camera_head_dims
+        if not (rotary <= start < stop <= config.attention_head_dim and (stop - start) % 4 == 0):
+            raise AdapterError(
+                f"{self.route}: camera_head_dims {config.camera_head_dims} must lie in [{rotary}, "
+                f"{config.attention_head_dim}) (after the MM-RoPE dims) with a length divisible by 4"
+            )
+        self.patch_size = config.patch_size[1]
+        self.shift = config.shift
+        root = Path(pretrained_path) if pretrained_path is not None else None
+        if root is not None and not root.is_dir():
+            raise AdapterError(f"{self.route}: pretrained_path {root} does not exist")
+
+        build = torch.device(device) if device is not None else contextlib.nullcontext()
+        with build:
+            self.codec = self._build_codec(root)
+            self.temporal_compression = 4
+            self.spatial_compression = self.codec.spatial_compression
+            self.latent_channels = self.codec.latent_channels
+            self.transformer = self._build_transformer(root)
+        self.text_encoder = (
+            HashingTextEncoder(config.text_dim, max_length=config.text_max_length)
+            if config.text_encoder == "hashing" else None
+        )
+        if config.text_encoder not in ("hashing", "none"):
+            raise AdapterError(f"{self.route}: unknown text_encoder {config.text_encoder!r}; expected 'hashing' or 'none'")
+        self.register_buffer("silence", self._silence(), persistent=False)
+
+        self.codec.requires_grad_(False).eval()
+        if self.text_encoder is not None:
+            self.text_encoder.requires_grad_(False).eval()
+        for index, block in enumerate(self.transformer.transformer_blocks):
+            block.attn.set_processor(H3PRoPEAttnProcessor(config.camera_head_dims, layer_index=index))
+        self.transformer.rope.register_forward_hook(attach_h3_context)
+        self.transformer.rope._solarwm_context = None
+        self._fold = 1  # documents folded into the packed sequence of the current call
+        self.transformer.token_refiner.register_forward_pre_hook(self._unfold_text)
+        self.transformer.token_refiner.register_forward_hook(self._fold_text)
+        self.enable_lora(lora)
+
+    # ------------------------------------------------------------------ building
+    def _build_codec(self, root: Path | None) -> torch.nn.Module:
+        cfg = self.config
+        if cfg.codec == "h3_patchify":
+            return H3PatchifyCodec(spatial=cfg.patchify_spatial)
+        if cfg.codec != "h3_vae":
+            raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'h3_vae' or 'h3_patchify'")
+        if root is not None:
+            vae_dir = root / "vae"
+            if not vae_dir.is_dir():
+                raise AdapterError(f"{self.route}: {vae_dir} missing (codec='h3_vae' needs pretrained_path/vae/)")
+            vae = AutoencoderKLMiniMaxH3.from_pretrained(str(vae_dir), use_safetensors=True)
+        else:
+            vae = AutoencoderKLMiniMaxH3(**VAE_CONFIGS[cfg.vae_config])
+        return H3VAECodec(vae)
+
+    def _build_transformer(self, root: Path | None) -> MiniMaxH3Transformer3DModel:
+        expected = self.config.transformer_kwargs(self.codec.latent_channels)
+        if root is None:
+            return MiniMaxH3Transformer3DModel(**expected)
+        tdir = root / "transformer"
+        if not (tdir / "config.json").is_file():
+            raise AdapterError(
+                f"{self.route}: {tdir} missing or has no config.json: pretrained_path must be a diffusers "
+                "checkpoint folder with transformer/ (and vae/ for codec='h3_vae')"
+            )
+        model = MiniMaxH3Transformer3DModel.from_pretrained(str(tdir), use_safetensors=True)
+
+        def plain(value: Any) -> Any:
+            return tuple(value) if isinstance(value, (list, tuple)) else value
+
+        wrong = [
+            f"{k}: checkpoint {model.config[k]!r} != config {v!r}"
+            for k, v in expected.items() if plain(model.config[k]) != plain(v)
+        ]
+        if wrong:
+            raise AdapterError(f"{self.route}: checkpoint {tdir} does not match the config: " + "; ".join(wrong))
+        return model
+
+    def _silence(self) -> torch.Tensor:
+        cfg = self.config
+        shape = (cfg.audio_rows, cfg.audio_in_channels)
+        if cfg.audio_silence_path is None:
+            return torch.zeros(shape)
+        path = Path(cfg.audio_silence_path)
+        if not path.is_file():
+            raise AdapterError(f"{self.route}: audio_silence_path {path} not found")
+        tensors = load_file(str(path))
+        if "silence" not in tensors or tuple(tensors["silence"].shape) != shape:
+            raise AdapterError(f"{self.route}: {path} must hold one tensor 'silence' of shape {shape}")
+        return tensors["silence"].float()
+
+    def frozen_parts(self) -> dict[str, torch.nn.Module]:
+        """The codec and the text encoder."""
+        parts = {"codec": self.codec}
+        if self.text_encoder is not None:
+            parts["text_encoder"] = self.text_encoder
+        return parts
+
+    def train(self, mode: bool = True) -> "MiniMaxH3Adapter":
+        """Switch the transformer's mode; frozen parts stay in eval mode."""
+        super().train(mode)
+        self.codec.eval()
+        if self.text_encoder is not None:
+            self.text_encoder.eval()
+        return self
+
+    @property
+    def num_layers(self) -> int:
+        """H3 blocks with a KV-cache slot (the text refiner has none)."""
+        return len(self.transformer.transformer_blocks)
+
+    # ------------------------------------------------------------------ latent geometry (17n + 5 -> 5n + 2)
+    def valid_num_frames(self, num_frames: int) -> bool:
+        """True when ``num_frames = 17n + 5`` (H3's VisualVAE: 17-frame clips, 3 trailing latents dropped)."""
+        return h3_valid_num_frames(num_frames)
+
+    def latent_frames(self, num_frames: int) -> int:
+        """``17n + 5 -> 5n + 2`` (158 -> 47); raises on any other count."""
+        if not self.valid_num_frames(num_frames):
+            raise AdapterError(f"{self.route}: {num_frames} frames is not a valid clip length (needs 17*n + 5)")
+        return h3_latent_frames(num_frames)
+
+    def latent_to_pixel_frame(self, num_latent_frames: int) -> torch.Tensor:
+        """Latent ``5c + k`` -> pixel frame ``17c + (0, 4, 8, 12, 16)[k]`` (cadence (1, 4, 4, 4, 4))."""
+        return h3_latent_to_pixel_frame(num_latent_frames)
+
+    # ------------------------------------------------------------------ codec
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """``video [B, 3, F, H, W]`` (F = 17n + 5, or 1 for the image anchor) -> latents ``[B, C, 5n + 2 (1), h, w]``."""
+        return self.codec.encode(video)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[B, C, 5n + 2, h, w]`` -> ``video [B, 3, 17n + 5, H, W]`` in [-1, 1]."""
+        return self.codec.decode(latents).clamp(-1.0, 1.0)
+
+    def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Block-by-block decode (exact for the patchify codec; the VisualVAE's overlap decoder is not streamed)."""
+        if not isinstance(self.codec, H3PatchifyCodec):
+            raise NotImplementedError(
+                f"{self.route}: streaming decode of the VisualVAE (non-causal ViT decoder with temporal overlap "
+                "blending) is not implemented; decode the whole clip with decode()"
+            )
+        decode_block = self.codec.stream_decoder()
+        return lambda latents: decode_block(latents).clamp(-1.0, 1.0)
+
+    # ------------------------------------------------------------------ conditions
+    def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:
+        if "video" in batch:
+            return int(batch["video"].shape[-1]), int(batch["video"].shape[-2])
+        if "image_size" in batch:
+            width, height = batch["image_size"]
+            return int(width), int(height)
+        if "latents" in batch:
+            h, w = batch["latents"].shape[-2:]
+            return int(w) * self.spatial_compression, int(h) * self.spatial_compression
+        raise AdapterError(f"{self.route}: batch needs 'video', 'image_size' or 'latents' to know the frame size")
+
+    def text_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(text_embeds [B, L, text_dim], mask or None)``: precomputed (Qwen rows) if present, else hashed."""
+        if "text_embeds" in batch:
+            embeds, mask = batch["text_embeds"], batch.get("text_mask")
+            if mask is not None:
+                embeds = zero_padding(embeds, mask.to(embeds.device))
+        elif self.text_encoder is not None:
+            embeds, mask = self.text_encoder(list(batch["caption"]))
+        else:
+            raise AdapterError(
+                f"{self.route}: batch has no 'text_embeds' (the Qwen caption/image rows) and text_encoder='none'"
+            )
+        if embeds.shape[-1] != self.config.text_dim:
+            raise AdapterError(
+                f"{self.route}: text features have dim {embeds.shape[-1]}, transformer expects {self.config.text_dim}"
+            )
+        return embeds, mask
+
+    def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Text rows, per-latent-frame cameras and the anchor latent ``image_anchor [B, C, 1, h, w]`` (frame 0 alone).
+
+        The anchor (``cond['image_anchor']``; not the engine's ``cond['anchor']``, which means anchor frames
+        *inside* the video and is empty here since ``clean_latent_frames = 0``) comes from
+        ``batch['image_anchor']`` if given, else ``batch['first_frame'] [B, 3, H, W]`` (samplers,
+        rollouts) or the first video frame, encoded alone, else (cached
+        latents only) latent 0: both codecs encode frame 0 alone into latent 0 (tested), so the two agree.
+        """
+        c2w, K = self.latent_cameras(batch["c2w"], batch["K"])
+        embeds, mask = self.text_features(batch)
+        device = batch["c2w"].device
+        if "image_anchor" in batch:
+            anchor = batch["image_anchor"]
+        elif "first_frame" in batch:
+            with torch.no_grad():
+                anchor = self.encode(batch["first_frame"][:, :, None])
+        elif "video" in batch:
+            with torch.no_grad():
+                anchor = self.encode(batch["video"][:, :, :1])
+        elif "latents" in batch:
+            anchor = batch["latents"][:, :, :1]
+        else:
+            raise AdapterError(f"{self.route}: batch needs 'image_anchor', 'first_frame', 'video' or 'latents' for the image anchor")
+        return {
+            "text_embeds": embeds.to(device),
+            "text_mask": mask.to(device) if mask is not None else None,
+            "c2w": c2w,
+            "K": K,
+            "image_size": self._image_size(batch),
+            "num_frames": batch["c2w"].shape[1],
+            "image_anchor": anchor.to(device).float(),
+        }
+
+    # ------------------------------------------------------------------ packing
+    def _unfold_text(self, module: torch.nn.Module, args: tuple) -> tuple:
+        x = args[0]
+        return (x.reshape(self._fold, x.shape[1] // self._fold, x.shape[2]),) + tuple(args[1:])
+
+    def _fold_text(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        return output.reshape(1, -1, output.shape[-1])
+
+    def _patchify(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, C, f, h, w]`` -> rows ``[B, f*(h/p)*(w/p), C*p*p]`` (frame-major, channels (c, ph, pw))."""
+        b, c, f, h, w = x.shape
+        p = self.patch_size
+        x = x.reshape(b, c, f, h // p, p, w // p, p).permute(0, 2, 3, 5, 1, 4, 6)
+        return x.reshape(b, f * (h // p) * (w // p), c * p * p)
+
+    def _unpatchify(self, rows: torch.Tensor, f: int, h: int, w: int) -> torch.Tensor:
+        b, c, p = rows.shape[0], self.latent_channels, self.patch_size
+        x = rows.reshape(b, f, h // p, w // p, c, p, p).permute(0, 4, 1, 2, 5, 3, 6)
+        return x.reshape(b, c, f, h, w)
+
+    def _prefix_layout(self, num_text: int, grid: tuple[int, int], device: torch.device) -> dict[str, torch.Tensor]:
+        """Positions ``[P, 3]``, tags ``[P]`` and group ids ``[P]`` (0 text, 1 anchor, 2 audio) of the prefix rows."""
+        gh, gw = grid
+        text = torch.arange(num_text, dtype=torch.float32)[:, None].expand(num_text, 3)
+        yy, xx = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
+        anchor = torch.stack([torch.full((gh * gw,), float(num_text)), yy.flatten().float(), xx.flatten().float()], 1)
+        rho = (self.config.fps * LATENTS_PER_CLIP / CLIP_FRAMES) / self.config.audio_latents_per_second
+        audio = (num_text + rho * torch.arange(self.config.audio_rows, dtype=torch.float32))[:, None].expand(-1, 3)
+        sizes = (num_text, gh * gw, self.config.audio_rows)
+        return {
+            "positions": torch.cat([text, anchor, audio]).to(device),
+            "tags": torch.tensor([TAG_TEXT, TAG_VIDEO, TAG_AUDIO]).repeat_interleave(torch.tensor(sizes)).to(device),
+            "groups": torch.arange(3).repeat_interleave(torch.tensor(sizes)).to(device),
+        }
+
+    def _video_positions(self, temporal: torch.Tensor, num_text: int, grid: tuple[int, int], device) -> torch.Tensor:
+        """Rows ``[len(temporal)*gh*gw, 3]`` at ``(num_text + temporal[j], y, x)``, frame-major."""
+        gh, gw = grid
+        n = temporal.numel()
+        t = (num_text + temporal.float()).view(n, 1, 1).expand(n, gh, gw)
+        yy = torch.arange(gh).view(1, gh, 1).expand(n, gh, gw).float()
+        xx = torch.arange(gw).view(1, 1, gw).expand(n, gh, gw).float()
+        return torch.stack([t, yy, xx], -1).reshape(-1, 3).to(device)
+
+    @staticmethod
+    def _identity_cameras(b: int, n: int, image_size: tuple[int, int], device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cameras whose PRoPE matrix is exactly the identity (w2c = I, K = (W, H, W/2, H/2))."""
+        width, height = image_size
+        view = torch.eye(4, device=device).expand(b, n, 4, 4)
+        K = torch.tensor([width, height, width / 2, height / 2], dtype=torch.float32, device=device).expand(b, n, 4)
+        return view, K
+
+    def _prefix_cameras(
+        self, origin_K: torch.Tensor, num_text: int, tpf: int, image_size: tuple[int, int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-row cameras of the prefix: identity on text/audio, the origin camera (w2c = I, K of frame 0) on the anchor."""
+        b, device = origin_K.shape[0], origin_K.device
+        tv, tk = self._identity_cameras(b, num_text, image_size, device)
+        av, ak = self._identity_cameras(b, self.config.audio_rows, image_size, device)
+        anchor_v = torch.eye(4, device=device).expand(b, tpf, 4, 4)
+        anchor_k = origin_K.float().reshape(b, 1, 4).expand(b, tpf, 4)
+        return torch.cat([tv, anchor_v, av], 1), torch.cat([tk, anchor_k, ak], 1)
+
+    @staticmethod
+    def _relative_viewmats(c2w: torch.Tensor, origin_c2w: torch.Tensor) -> torch.Tensor:
+        """w2c of ``c2w [B, f, 4, 4]`` relative to ``origin_c2w [B, 1, 4, 4]`` (float64 math, float32 out)."""
+        both = torch.cat([origin_c2w.to(c2w.device, torch.float64), c2w.to(torch.float64)], 1)
+        return BackboneAdapter.window_viewmats(both, 0)[:, 1:]
+
+    def _run(
+        self,
+        video_rows: torch.Tensor,
+        video_t: torch.Tensor,
+        video_r: torch.Tensor | None,
+        video_positions: torch.Tensor,
+        cond: dict[str, Any],
+        grid: tuple[int, int],
+        context: H3AttentionContext,
+    ) -> torch.Tensor:
+        """One H3 forward over ``B`` folded documents ``[text | anchor | audio | video rows]``.
+
+        ``video_rows [B, N, Cp]`` (patchified, frame-major, ``tpf`` rows per frame); ``video_t``/``video_r``
+        ``[B, N / tpf]`` native times per frame; returns the native output of the video rows ``[B, N, Cp]``.
+        """
+        text = cond["text_embeds"]
+        b, n, _ = video_rows.shape
+        tpf = grid[0] * grid[1]
+        num_text = text.shape[1]
+        device = video_rows.device
+        anchor_rows = self._patchify(cond["image_anchor"].to(device, video_rows.dtype))
+        if anchor_rows.shape != (b, tpf, video_rows.shape[2]):
+            raise AdapterError(
+                f"{self.route}: anchor latent {tuple(cond['image_anchor'].shape)} does not match the video latents "
+                f"(one frame of [B={b}, C={self.latent_channels}, h, w])"
+            )
+        prefix = self._prefix_layout(num_text, grid, device)
+        p = prefix["positions"].shape[0]
+        frames = n // tpf
+        rows = p + n
+        # Timestep table: per document, entries [text, anchor, audio, frame 0 .. frame F-1].
+        cfg = self.config
+        fixed = torch.tensor([1.0, cfg.anchor_t, cfg.audio_t], device=device).expand(b, 3)
+        t_table = torch.cat([fixed, video_t.to(device, torch.float32)], 1)  # [B, G]
+        groups = torch.cat([prefix["groups"], 3 + torch.arange(frames, device=device).repeat_interleave(tpf)])
+        g = t_table.shape[1]
+        timestep_indices = (torch.arange(b, device=device)[:, None] * g + groups[None]).reshape(-1)
+        token_tags = torch.cat([prefix["tags"], torch.full((n,), TAG_VIDEO, device=device)]).repeat(b)
+        position_ids = torch.cat([prefix["positions"], video_positions.to(device)]).repeat(b, 1)
+        offsets = torch.arange(b, device=device)[:, None] * rows
+        local = torch.arange(rows, device=device)
+        text_idx = (offsets + local[:num_text]).reshape(-1)
+        video_idx = (offsets + torch.cat([local[num_text : num_text + tpf], local[p:]])).reshape(-1)
+        audio_idx = (offsets + local[num_text + tpf : p]).reshape(-1)
+
+        if video_r is not None:
+            if self.delta_embedding is None:
+                raise AdapterError(f"{self.route}: r_per_frame given but the flow map is not enabled (enable_flow_map)")
+            self._flow_map_r = torch.cat([fixed, video_r.to(device, torch.float32)], 1).reshape(-1)
+        dtype = self.transformer.dtype
+        silence = self.silence.to(device).expand(b, -1, -1)
+        self.transformer.rope._solarwm_context = context
+        self._fold = b
+        try:
+            out = self.transformer(
+                hidden_states=torch.cat([anchor_rows, video_rows], 1).reshape(1, -1, video_rows.shape[2]).to(dtype),
+                audio_hidden_states=silence.reshape(1, -1, silence.shape[2]).to(dtype),
+                encoder_hidden_states=text.reshape(1, -1, text.shape[2]).to(dtype),
+                timestep=t_table.reshape(-1),
+                timestep_indices=timestep_indices,
+                token_tags=token_tags,
+                position_ids=position_ids,
+                video_indices=video_idx,
+                audio_indices=audio_idx,
+                text_indices=text_idx,
+                return_dict=False,
+            )[0]
+        finally:
+            self.transformer.rope._solarwm_context = None
+            self._flow_map_r = None
+        return out.reshape(b, tpf + n, -1)[:, tpf:].to(video_rows.dtype)
+
+    @staticmethod
+    def _prefix_mask_mod(video_mod: MaskMod, prefix_rows: int) -> MaskMod:
+        """``mask_mod`` over ``[prefix | video rows]``: the video rows follow ``video_mod`` among themselves and see
+        the whole prefix; prefix rows see only the prefix (the dense twin is ``_full_mask``)."""
+        p = prefix_rows
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            kv_prefix = kv_idx < p
+            video = (q_idx >= p) & ~kv_prefix & video_mod(b, h, (q_idx - p).clamp_min(0), (kv_idx - p).clamp_min(0))
+            return kv_prefix | video
+
+        return mask_mod
+
+    @staticmethod
+    def _full_mask(video_mask: torch.Tensor | None, prefix_rows: int, kv_prefix_rows: int | None = None) -> torch.Tensor | None:
+        """Extend a video-row mask ``[Nq, Nk]`` (or ``[B, 1, Nq, Nk]``) with the prefix: video rows see the whole
+        prefix, prefix rows see only the prefix."""
+        if video_mask is None:
+            return None
+        kp = prefix_rows if kv_prefix_rows is None else kv_prefix_rows
+        lead = video_mask.shape[:-2]
+        nq, nk = video_mask.shape[-2:]
+        full = torch.zeros(*lead, prefix_rows + nq, kp + nk, dtype=torch.bool, device=video_mask.device)
+        full[..., :prefix_rows, :kp] = True
+        full[..., prefix_rows:, :kp] = True
+        full[..., prefix_rows:, kp:] = video_mask.bool()
+        return full
+
+    # ------------------------------------------------------------------ model call
+    def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
+        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
+            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
+        b, _, f = x_t.shape[:3]
+        if sigma_per_frame.shape != (b, f):
+            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
+        if cond["c2w"].shape[:2] != (b, f):
+            raise AdapterError(
+                f"{self.route}: cameras cover {tuple(cond['c2w'].shape[:2])} (batch, latent frames), latents are ({b}, {f})"
+            )
+        if "image_anchor" not in cond:
+            raise AdapterError(
+                f"{self.route}: cond has no 'image_anchor' (the one-frame image latent H3 packs as a condition); "
+                "build cond with prepare_conditions (or set cond['image_anchor'] = encode(first_frame[:, :, None]))"
+            )
+        if x_t.shape[-2] % self.patch_size or x_t.shape[-1] % self.patch_size:
+            raise AdapterError(f"{self.route}: latent size {tuple(x_t.shape[-2:])} not divisible by patch {self.patch_size}")
+
+    @staticmethod
+    def native_velocity_to_target(native: torch.Tensor) -> torch.Tensor:
+        """H3's native velocity ``d x_t / d t = x0 - eps`` (t = 1 clean) -> the contract target ``eps - x0``."""
+        return -native
+
+    def forward(
+        self,
+        x_t: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        cond: dict[str, Any],
+        attn_mask: torch.Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        commit: bool = False,
+        r_per_frame: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Prediction ``[B, C, f, h, w]`` in the contract's ``eps - x0`` space; see ``BackboneAdapter.forward``.
+
+        Inside: native ``t = 1 - sigma``, output ``-(x0 - eps)``. ``attn_mask`` masks video rows among
+        themselves (prefix rows stay visible to all video rows; with a mask, prefix rows see only the prefix).
+        """
+        self._check_input(x_t, sigma_per_frame, cond)
+        if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+            raise AdapterError(f"{self.route}: attn_mask must be a dense bool tensor (FlexAttention masks are not supported)")
+        b, _, f, h, w = x_t.shape
+        grid = (h // self.patch_size, w // self.patch_size)
+        tpf = grid[0] * grid[1]
+        num_text = cond["text_embeds"].shape[1]
+        p = num_text + tpf + self.config.audio_rows
+        image_size = tuple(cond["image_size"])
+        device = x_t.device
+        if kv_cache is None:
+            if commit:
+                raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
+            origin_c2w, origin_K = cond["c2w"][:, :1], cond["K"][:, :1]
+            pv, pk = self._prefix_cameras(origin_K, num_text, tpf, image_size)
+            viewmats = torch.cat([pv, self._relative_viewmats(cond["c2w"], origin_c2w).repeat_interleave(tpf, 1)], 1)
+            K = torch.cat([pk, cond["K"].float().repeat_interleave(tpf, 1)], 1)
+            context = H3AttentionContext(b, viewmats, K, image_size, attn_mask=self._full_mask(attn_mask, p))
+            positions = self._video_positions(torch.arange(f), num_text, grid, device)
+        else:
+            if attn_mask is not None:
+                raise AdapterError(f"{self.route}: a cached forward takes no attn_mask (the block sees its window)")
+            context, positions = self._cached_context(cond, kv_cache, f, grid, num_text, commit)
+        r_native = None if r_per_frame is None else 1.0 - r_per_frame.float()
+        try:
+            out = self._run(self._patchify(x_t), 1.0 - sigma_per_frame.float(), r_native, positions, cond, grid, context)
+        except BaseException:
+            if kv_cache is not None:
+                kv_cache.discard_staged()
+            raise
+        if commit:
+            kv_cache.commit(cond["c2w"], cond["K"])
+        return self.native_velocity_to_target(self._unpatchify(out, f, h, w))
+
+    def _cached_context(
+        self, cond: dict[str, Any], cache: KVCache, f: int, grid: tuple[int, int], num_text: int, commit: bool
+    ) -> tuple[H3AttentionContext, torch.Tensor]:
+        """Queries ``[prefix | block]``; keys ``[prefix | cached window | block]`` at window-local video positions."""
+        tpf = grid[0] * grid[1]
+        device = cond["c2w"].device
+        image_size = tuple(cond["image_size"])
+        origin = getattr(cache, "h3_origin", None)
+        if origin is None:  # the rollout's first block defines the origin (anchor camera, viewmat reference)
+            origin = cache.h3_origin = (cond["c2w"][:, :1].detach().to(torch.float64), cond["K"][:, :1].detach().float())
+        origin_c2w, origin_K = origin
+        window_c2w = cond["c2w"] if cache.c2w is None else torch.cat([cache.c2w.to(device), cond["c2w"].to(torch.float64)], 1)
+        window_K = cond["K"] if cache.K is None else torch.cat([cache.K.to(device), cond["K"]], 1)
+        width = window_c2w.shape[1]
+        rel = self._relative_viewmats(window_c2w, origin_c2w)
+        pv, pk = self._prefix_cameras(origin_K.to(device), num_text, tpf, image_size)
+        q_view = torch.cat([pv, rel[:, width - f :].repeat_interleave(tpf, 1)], 1)
+        q_K = torch.cat([pk, window_K[:, width - f :].float().repeat_interleave(tpf, 1)], 1)
+        kv_view = torch.cat([pv, rel.repeat_interleave(tpf, 1)], 1)
+        kv_K = torch.cat([pk, window_K.float().repeat_interleave(tpf, 1)], 1)
+        prefix = self._prefix_layout(num_text, grid, device)
+        p = prefix["positions"].shape[0]
+        window_positions = self._video_positions(torch.arange(width), num_text, grid, device)
+        kv_positions = torch.cat([prefix["positions"], window_positions])
+        # Prefix queries see only the prefix; block queries see everything.
+        mask = torch.ones(p + f * tpf, p + width * tpf, dtype=torch.bool, device=device)
+        mask[:p, p:] = False
+        context = H3AttentionContext(
+            cond["c2w"].shape[0], q_view, q_K, image_size, attn_mask=mask, prefix_rows=p, cache=cache, commit=commit,
+            kv_viewmats=kv_view, kv_K=kv_K, kv_position_ids=kv_positions,
+        )
+        return context, window_positions[(width - f) * tpf :]
+
+    def forward_teacher_forcing(
+        self,
+        x_clean: torch.Tensor,
+        x_noisy: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        cond: dict[str, Any],
+        r_per_frame: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Prediction for ``x_noisy`` on ``[prefix | clean | noisy]`` (reference §1.3); see ``BackboneAdapter``."""
+        self._check_input(x_noisy, sigma_per_frame, cond)
+        if x_clean.shape != x_noisy.shape:
+            raise AdapterError(f"{self.route}: clean {tuple(x_clean.shape)} and noisy {tuple(x_noisy.shape)} differ")
+        b, _, f, h, w = x_noisy.shape
+        grid = (h // self.patch_size, w // self.patch_size)
+        tpf = grid[0] * grid[1]
+        num_text = cond["text_embeds"].shape[1]
+        p = num_text + tpf + self.config.audio_rows
+        image_size = tuple(cond["image_size"])
+        device = x_noisy.device
+        flex = self.flex_masks if self.flex_masks is not None else device.type == "cuda"
+        if flex:
+            video_mod = teacher_forcing_mask_mod(f, tpf, self.frames_per_block, self.window_blocks - 1)
+            mask = flex_block_mask(self._prefix_mask_mod(video_mod, p), p + 2 * f * tpf, device=device)
+        else:
+            video = teacher_forcing_mask(f, tpf, self.frames_per_block, device=device, max_prior_blocks=self.window_blocks - 1)
+            mask = self._full_mask(video, p)
+        origin_c2w, origin_K = cond["c2w"][:, :1], cond["K"][:, :1]
+        pv, pk = self._prefix_cameras(origin_K, num_text, tpf, image_size)
+        rel = self._relative_viewmats(cond["c2w"], origin_c2w).repeat_interleave(tpf, 1)
+        vK = cond["K"].float().repeat_interleave(tpf, 1)
+        context = H3AttentionContext(
+            b, torch.cat([pv, rel, rel], 1), torch.cat([pk, vK, vK], 1), image_size,
+            attn_mask=mask,
+        )
+        frames = torch.arange(f)
+        positions = self._video_positions(torch.cat([frames, frames]), num_text, grid, device)
+        ones = torch.ones_like(sigma_per_frame, dtype=torch.float32)
+        t_full = torch.cat([ones, 1.0 - sigma_per_frame.float()], 1)  # clean copy at native t = 1
+        r_full = None if r_per_frame is None else torch.cat([ones, 1.0 - r_per_frame.float()], 1)  # r_clean = t_clean
+        rows = self._patchify(torch.cat([x_clean, x_noisy], 2))
+        out = self._run(rows, t_full, r_full, positions, cond, grid, context)
+        return self.native_velocity_to_target(self._unpatchify(out[:, f * tpf :], f, h, w))
+
+    # ------------------------------------------------------------------ AnyFlow flow map
+    def time_embedding(self) -> torch.nn.Module:
+        """H3's ``time_embedder`` (its output feeds every block's AdaLN table and ``norm_out``)."""
+        return self.transformer.time_embedder
+
+    def time_features(self, timesteps: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """H3's sinusoidal ``time_proj`` of native times ``[T]`` (one per timestep-table entry) shaped like ``like``."""
+        proj = self.transformer.time_proj(timesteps.flatten().to(like.device))
+        return proj.to(like.dtype).reshape(like.shape)
+
+    # ------------------------------------------------------------------ export
+    def _export_extra(self, directory: Path) -> None:
+        """Save the (frozen) VisualVAE and a loaded silence latent next to the transformer (self-contained export)."""
+        if isinstance(self.codec, H3VAECodec):
+            self.codec.vae.save_pretrained(directory / "vae", safe_serialization=True)
+        if self.config.audio_silence_path is not None:
+            save_file({"silence": self.silence.detach().cpu().contiguous()}, str(directory / SILENCE_FILE))
+
+    @classmethod
+    def from_export(cls, directory: Path, config: MiniMaxH3Config, **kwargs: Any) -> "MiniMaxH3Adapter":
+        """Rebuild from an export folder; its own copy of the silence latent replaces the recorded path."""
+        if (directory / SILENCE_FILE).is_file():
+            config = dataclasses.replace(config, audio_silence_path=str(directory / SILENCE_FILE))
+        return cls(config=config, pretrained_path=str(directory), **kwargs)
