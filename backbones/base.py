@@ -159,6 +159,20 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         self._flow_map_r: torch.Tensor | None = None  # per-token r of the current call (set by forward)
         self.lora_config: LoRAConfig | None = None  # the transformer's LoRA (enable_lora), None = full weights
 
+    @classmethod
+    def require_weights(cls, preset: str, pretrained_path: str | None, device: str | None) -> None:
+        """Refuse ``preset="published"`` without ``pretrained_path`` (before anything is built).
+
+        A published-size model with random weights is never what a recipe means, and would take tens of GB;
+        on the meta device (parameter counting) it is allowed.
+        """
+        if preset == "published" and pretrained_path is None and str(device) != "meta":
+            raise AdapterError(
+                f"{cls.route}: the published config needs its weights: set pretrained_path (the local diffusers "
+                "checkpoint folder, e.g. --model.init_args.adapter.init_args.pretrained_path DIR); "
+                "for the CPU configuration of this recipe add --config recipes/tiny.yaml"
+            )
+
     # ------------------------------------------------------------------ latent geometry
     def valid_num_frames(self, num_frames: int) -> bool:
         """True when ``num_frames`` = temporal_compression * n + 1 for some n >= 0 (Wan: 4n + 1)."""

@@ -441,6 +441,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
         super().__init__()
         if config is None:
             config = MiniMaxH3Config.tiny() if preset == "tiny" else MiniMaxH3Config.published()
+        self.require_weights(preset, pretrained_path, device)
         self.config = config = dataclasses.replace(config)
         if config.patch_size[0] != 1 or config.patch_size[1] != config.patch_size[2]:
             raise AdapterError(f"{self.route}: patch_size must be (1, p, p), got {config.patch_size}")

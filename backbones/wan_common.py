@@ -120,6 +120,7 @@ class WanAdapterBase(BackboneAdapter):
         super().__init__()
         if config is None:
             config = self.config_class.tiny() if preset == "tiny" else self.config_class.published()
+        self.require_weights(preset, pretrained_path, device)
         self.config = config = dataclasses.replace(config)
         if config.patch_size[0] != 1 or config.patch_size[1] != config.patch_size[2]:
             raise AdapterError(f"{self.route}: patch_size must be (1, p, p), got {config.patch_size}")

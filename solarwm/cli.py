@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from typing import Callable, Sequence
 
@@ -116,6 +117,14 @@ def is_expected_error(exc: BaseException) -> bool:
     return any(cls.__module__.split(".")[0] == "solarwm" for cls in type(exc).__mro__)
 
 
+def concise_message(exc: BaseException) -> str:
+    """One line for ``exc``; jsonargparse's "does not validate against any of the Union subtypes" wrapper
+    (a constructor's own error inside LightningCLI's model/data union) is reduced to the constructor's message."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    inner = re.search(r"Errors: - (.*?) - Expected a <class 'NoneType'>", message)
+    return inner.group(1) if inner else message
+
+
 def _dispatch(argv: list[str]) -> int:
     if argv[0] in GROUPS:
         return group_main(argv[0], argv[1:])
@@ -139,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if debug or not is_expected_error(e):
             raise
-        message = " ".join(str(e).split()) or type(e).__name__
+        message = concise_message(e)
         print(f"solarwm {command}: error: {message}", file=sys.stderr)
         return 2
 

@@ -137,7 +137,7 @@ def _load_checkpoint(module: LightningModule, checkpoint: Path, use_ema: bool) -
 
 CAUSAL_STAGES = ("tf_anyflow", "dmd")
 #: Stage arguments that name the previous stage's weights (not needed when a checkpoint is loaded).
-INIT_KEYS = ("init_from", "generator_from", "score_from")
+INIT_KEYS = ("init_from",)
 
 
 def _build_generator(

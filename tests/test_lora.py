@@ -120,7 +120,7 @@ def test_export_round_trip_merge_and_state_dict(tmp_path):
     torch.testing.assert_close(outputs(merged, batch), expected, rtol=0, atol=1e-5)
     torch.testing.assert_close(outputs(a, batch), expected, rtol=0, atol=0)  # the merged export left `a` as it was
 
-    # State dicts by key (Lightning checkpoints, `init_from`, DMD's `score_from`): LoRA into LoRA ...
+    # State dicts by key (Lightning checkpoints, `init_from`, DMD's `init_from.score`): LoRA into LoRA ...
     other = plain(seed=3)
     other.enable_lora(LORA)
     other.enable_flow_map(0.25)
@@ -169,7 +169,7 @@ def test_deepcopy_dmd_roles_and_causal_cache_with_lora():
     assert not ids(twin.trainable_parameters()) & ids(a.parameters())
     assert ids(twin.trainable_parameters()) == ids(twin.lora_parameters())
 
-    dmd = DMDModule(generator=a, guidance_scale=0.0)
+    dmd = DMDModule(adapter=a, guidance_scale=0.0)
     student, critic = dmd.configure_optimizers()
     params = [ids(p for g in opt.param_groups for p in g["params"]) for opt in (student, critic)]
     assert params[0] == ids(dmd.generator.lora_parameters()) and params[1] == ids(dmd.fake_score.lora_parameters())

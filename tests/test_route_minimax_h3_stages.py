@@ -15,8 +15,7 @@ from test_train_cli_fit import _tiny_recipe
 
 def _h3(path: Path, **init_args) -> Path:
     doc = yaml.safe_load(path.read_text())
-    role = "generator" if "generator" in doc["model"]["init_args"] else "adapter"
-    doc["model"]["init_args"][role]["class_path"] = "solarwm.backbones.minimax_h3.MiniMaxH3Adapter"
+    doc["model"]["init_args"]["adapter"]["class_path"] = "solarwm.backbones.minimax_h3.MiniMaxH3Adapter"
     doc["model"]["init_args"].update(init_args)
     doc["data"]["init_args"].update(num_frames=22, width=16, height=16)  # 17 + 5 frames -> 7 latents
     doc["data"]["init_args"]["synth"].update(frames=24, width=24, height=16)
@@ -32,7 +31,7 @@ def test_three_stages_fit_and_export(tmp_path):
     assert main(["fit", "--config", str(tf)]) == 0
     dmd = _h3(
         _tiny_recipe(tmp_path / "dmd", recipe="tiny_dmd.yaml", corpus=corpus),
-        generator_from=str(tmp_path / "tf" / "adapter"), score_from=str(tmp_path / "bid" / "adapter"),
+        init_from={"generator": str(tmp_path / "tf" / "adapter"), "score": str(tmp_path / "bid" / "adapter")},
     )
     assert main(["fit", "--config", str(dmd)]) == 0
     for stage, name in (("bid", "bidirectional"), ("tf", "tf_anyflow"), ("dmd", "dmd")):

@@ -18,7 +18,7 @@ from solarwm.stages.dmd import DMDModule, dmd_gradient, dmd_surrogate
 def make_module(**kwargs) -> DMDModule:
     torch.manual_seed(0)
     adapter = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny())
-    return DMDModule(generator=adapter, student_update_every=2, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)),
+    return DMDModule(adapter=adapter, student_update_every=2, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)),
                      critic_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)), **kwargs)
 
 

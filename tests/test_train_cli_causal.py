@@ -23,8 +23,7 @@ def _shrink(path: Path, **data) -> Path:
     doc["data"]["init_args"].update(data)
     doc["data"]["init_args"]["synth"].update(frames=17)
     # A small RoPE table (24 latent frames, above the 18-frame window) so a short rollout runs past it.
-    role = "generator" if "generator" in doc["model"]["init_args"] else "adapter"
-    doc["model"]["init_args"][role]["init_args"]["config"] = {"rope_max_seq_len": 24, "prediction": "x0"}
+    doc["model"]["init_args"]["adapter"]["init_args"]["config"] = {"rope_max_seq_len": 24, "prediction": "x0"}
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -43,8 +42,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     assert main(["fit", "--config", str(tf)]) == 0
     dmd = _tiny_recipe(root / "dmd", recipe="tiny_dmd.yaml", corpus=root / "bid" / "corpus")
     doc = yaml.safe_load(dmd.read_text())
-    doc["model"]["init_args"].update(generator_from=str(root / "tf" / "adapter"), score_from=str(root / "bid" / "adapter"),
-                                     student_update_every=1)
+    doc["model"]["init_args"]["init_from"].update(generator=str(root / "tf" / "adapter"), score=str(root / "bid" / "adapter"))
+    doc["model"]["init_args"]["student_update_every"] = 1
     dmd.write_text(yaml.safe_dump(doc))
     dmd = _shrink(dmd, num_frames=13)
     assert main(["fit", "--config", str(dmd)]) == 0

@@ -71,7 +71,7 @@ def test_every_recipe_parses_as_is(recipe: str) -> None:
     if recipe.endswith("_tf.yaml"):
         assert model.init_from is not None and model.flow_map_gate == 0.25
     if recipe.endswith("_dmd.yaml"):
-        assert model.student_update_every == 5 and model.generator_from and model.score_from
+        assert model.student_update_every == 5 and model.init_from.generator and model.init_from.score
         assert cfg.trainer.gradient_clip_val is None  # DMD clips inside its manual optimisation
 
 

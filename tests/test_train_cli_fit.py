@@ -30,8 +30,7 @@ def _tiny_recipe(root: Path, recipe: str = "tiny_bid.yaml", corpus: Path | None 
             args["dirpath"] = str(root / "adapter")
         elif cb["class_path"].endswith("ModelCheckpoint"):
             args.update(dirpath=str(root / "checkpoints"), every_n_train_steps=2)
-    role = "generator" if "generator" in doc["model"]["init_args"] else "adapter"  # DMD names its adapter generator
-    doc["model"]["init_args"][role]["init_args"].update(adapter_init)
+    doc["model"]["init_args"]["adapter"]["init_args"].update(adapter_init)
     corpus = corpus or root / "corpus"
     doc["data"]["init_args"].update(corpus_dir=str(corpus), num_frames=5, width=32, height=32, num_val_clips=1)
     doc["data"]["init_args"]["synth"].update(clips=3, frames=9, width=48, height=32)

@@ -39,6 +39,9 @@ class BidirectionalModule(StageModule):
         lr_scheduler: LightningCLI scheduler callable, stepped every optimizer step (default warm-up/constant).
         val_seed: seed of the validation noise and sigmas (identical every epoch, so ``val/loss`` is comparable).
         sample_steps: default Euler steps of ``generate``.
+        init_from: a stage-1 checkpoint or export to continue from (EMA weights when present); None = the
+            adapter as built (pretrained weights come from the adapter's own ``pretrained_path``).
+        init_from_command: the command that makes ``init_from`` (named in the error when it is missing).
     """
 
     stage_name = "bidirectional"
@@ -54,8 +57,14 @@ class BidirectionalModule(StageModule):
         lr_scheduler: LRSchedulerCallable = WarmupConstantLR,
         val_seed: int = 1234,
         sample_steps: int = 20,
+        init_from: str | None = None,
+        init_from_command: str | None = None,
     ) -> None:
         super().__init__(adapter, optimizer, lr_scheduler)
+        if init_from is not None:
+            from solarwm.stages.causal import load_init
+
+            load_init(adapter, init_from, ("bidirectional",), init_from_command)
         if timestep_sampling not in ("uniform", "logit_normal"):
             raise ValueError(f"timestep_sampling must be 'uniform' or 'logit_normal', got {timestep_sampling!r}")
         if loss_weighting not in ("none", "cosmap"):

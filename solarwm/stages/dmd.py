@@ -22,6 +22,7 @@ seeded by (seed, outer step), so a resumed run continues exactly as an uninterru
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,6 +33,19 @@ from solarwm.rollout.engine import Rollout
 from solarwm.stages.base import StageModule
 from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
 from solarwm.stages.objectives import shift_sigmas
+
+
+@dataclass
+class DMDInit:
+    """Where DMD's roles start: ``generator`` from stage 2, ``score`` (real and fake) from stage 1.
+
+    ``*_command``: the command that makes each (named in the error when the path is missing).
+    """
+
+    generator: str
+    score: str
+    generator_command: str | None = None
+    score_command: str | None = None
 
 
 def student_optimizer(params: Any) -> torch.optim.Optimizer:
@@ -64,11 +78,11 @@ class DMDModule(CausalGenerateMixin, StageModule):
     """LightningModule of eq. (3): ``generator``, ``real_score``, ``fake_score`` of one route.
 
     Args:
-        generator: the route's adapter (in YAML: ``class_path`` + ``init_args``); real and fake score are
-            built as copies of it and loaded from ``score_from``.
-        generator_from: stage-2 checkpoint or export for the student (EMA when present); None = as built.
-        score_from: stage-1 checkpoint or export for real and fake score; None = copies of the generator.
-        generator_from_command, score_from_command: the commands that make them (named when missing).
+        adapter: the route's adapter (in YAML: ``class_path`` + ``init_args``), kept as ``generator``; real and
+            fake score are built as copies of it.
+        init_from: where the roles start (``DMDInit``: the stage-2 checkpoint or export for the student, EMA
+            when present, and the stage-1 one for real and fake score); None = all three as built (a fresh
+            model: write it only on purpose).
         student_update_every: the student updates on outer steps k·N (k >= 1); the critic on every step.
         num_steps: rollout steps per block; one exit step in [0, num_steps) is drawn per rollout.
         guidance_scale: real-score CFG ``cond + g·(cond - uncond)`` (0 = no CFG; the Wan release uses 3).
@@ -83,11 +97,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
 
     def __init__(
         self,
-        generator: BackboneAdapter,
-        generator_from: str | None = None,
-        score_from: str | None = None,
-        generator_from_command: str | None = None,
-        score_from_command: str | None = None,
+        adapter: BackboneAdapter,
+        init_from: DMDInit | None = None,
         use_ema_init: bool = True,
         student_update_every: int = 5,
         num_steps: int = 4,
@@ -101,18 +112,18 @@ class DMDModule(CausalGenerateMixin, StageModule):
         seed: int = 0,
     ) -> None:
         super().__init__(None, optimizer, None)
-        self.save_hyperparameters(ignore=["generator", "optimizer", "critic_optimizer"])
+        self.save_hyperparameters(ignore=["adapter", "optimizer", "critic_optimizer"])
+        generator = adapter
         if student_update_every < 1 or num_steps < 1 or not 0.0 <= score_min < score_max <= 1.0:
             raise ValueError("DMDModule: student_update_every, num_steps >= 1 and 0 <= score_min < score_max <= 1")
         # Copies share the frozen codec and text encoder instead of duplicating them (loaded once).
         shared = {id(m): m for m in generator.frozen_parts().values()}
         real = copy.deepcopy(generator, memo=dict(shared))
-        if score_from is not None:
-            load_init(real, score_from, ("bidirectional",), score_from_command, use_ema_init)
-        if generator_from is not None:
+        if init_from is not None:
+            load_init(real, init_from.score, ("bidirectional",), init_from.score_command, use_ema_init)
             # The stage-2 flow map's r-embedding is dropped: the student is a plain t-conditioned causal model.
             generator.disable_flow_map()
-            load_init(generator, generator_from, ("tf_anyflow", "dmd"), generator_from_command, use_ema_init,
+            load_init(generator, init_from.generator, ("tf_anyflow", "dmd"), init_from.generator_command, use_ema_init,
                       ignore=("delta_embedding",))
         generator.disable_flow_map()
         fake = copy.deepcopy(real, memo=dict(shared))
