@@ -1,0 +1,51 @@
+"""Every published recipe (route x stage) runs on the CPU through the overlay `recipes/tiny.yaml`:
+
+    solarwm fit --config recipes/<route>_<stage>.yaml --config recipes/tiny.yaml --trainer.max_steps 2
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from solarwm.backbones.base import read_adapter_json
+from solarwm.train_cli import main
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+ROUTES = ("wan22_5b", "wan22_14b", "ltx25", "minimax_h3")
+STAGES = {"bid": "bidirectional", "tf": "tf_anyflow", "dmd": "dmd"}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("overlay")
+
+
+def _moved(name: str, root: Path) -> Path:
+    """The recipe with its `runs/` outputs (and the overlay's corpus) moved under ``root``."""
+    path = root / name
+    path.write_text((RECIPES / name).read_text().replace("runs/", f"{root}/runs/"))
+    return path
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+@pytest.mark.parametrize("route", ROUTES)
+def test_published_recipe_runs_on_cpu_with_the_overlay(route: str, stage: str, workdir: Path) -> None:
+    recipe = _moved(f"{route}_{stage}.yaml", workdir)
+    overlay = _moved("tiny.yaml", workdir)
+    assert main(["fit", "--config", str(recipe), "--config", str(overlay), "--trainer.max_steps", "2"]) == 0
+    exports = list((workdir / "runs").glob(f"{route}_{stage}/adapter/adapter.json"))
+    assert len(exports) == 1
+    meta = read_adapter_json(exports[0].parent)
+    assert meta["stage"] == STAGES[stage] and meta["config"] is not None
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_published_recipe_without_weights_names_the_path_and_the_overlay(route: str, capsys) -> None:
+    """Without weights a published recipe stops before building its model: one line naming the path and the overlay."""
+    from solarwm.cli import main as solarwm
+
+    assert solarwm(["fit", "--config", str(RECIPES / f"{route}_bid.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "pretrained_path" in err and "--config recipes/tiny.yaml" in err and "Traceback" not in err
