@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import re
 import sys
+import types
 from typing import Callable, Sequence
 
 DATA_VERBS: dict[str, tuple[str, str]] = {
@@ -60,23 +62,45 @@ def parse_size(size: str) -> tuple[int, int]:
     return w, h
 
 
-def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
-    """Accept ``--kebab-case`` options, and required parameters as ``--name value`` too.
+def _list_parameters(fn: Callable) -> set[str]:
+    """Names of ``fn``'s parameters typed as a list (``list[str]``, ``list[str] | None``, ...)."""
+    import typing
 
-    jsonargparse names options after the Python parameters (``--bad_fraction``) and makes
-    parameters without a default positional; the documented commands use ``--bad-fraction``
-    and ``--corpus DIR``.
+    hints = typing.get_type_hints(fn)
+    names = set()
+    for name, hint in hints.items():
+        options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if any(typing.get_origin(o) in (list, typing.List) or o is list for o in options):
+            names.add(name)
+    return names
+
+
+def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
+    """Accept ``--kebab-case`` options, required parameters as ``--name value``, and plain list values.
+
+    jsonargparse names options after the Python parameters (``--bad_fraction``), makes parameters
+    without a default positional, and wants lists as ``'[a, b]'``; the documented commands use
+    ``--bad-fraction``, ``--corpus DIR`` and ``--stages vmaf cuts`` (or ``--stages vmaf,cuts``).
     """
     args = [a.split("=", 1)[0].replace("-", "_").replace("__", "--", 1) + a[len(a.split("=", 1)[0]):]
             if a.startswith("--") else a for a in args]
     required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
+    lists = _list_parameters(fn)
     given: dict[str, str] = {}
     rest: list[str] = []
     i = 0
     while i < len(args):
         name, eq, value = args[i].partition("=")
         key = name[2:].replace("-", "_") if name.startswith("--") else None
-        if key in required and (eq or i + 1 < len(args)):
+        if key in lists:
+            values = [value] if eq else []
+            i += 1
+            while not eq and i < len(args) and not args[i].startswith("--"):
+                values.append(args[i])
+                i += 1
+            items = [v.strip() for chunk in values for v in chunk.strip("[]").split(",") if v.strip()]
+            rest.append(f"--{key}={json.dumps(items)}")
+        elif key in required and (eq or i + 1 < len(args)):
             given[key] = value if eq else args[i + 1]
             i += 1 if eq else 2
         else:

@@ -104,3 +104,14 @@ def test_expected_error_classes():
     assert issubclass(ClipError, ValueError)
     for exc in (TypeError("x"), AssertionError("x"), KeyError("x"), RuntimeError("x"), ZeroDivisionError("x")):
         assert not is_expected_error(exc), exc
+
+
+@pytest.mark.parametrize("given", [["--stages", "vmaf", "cuts"], ["--stages", "vmaf,cuts"], ["--stages=vmaf,cuts"],
+                                   ["--stages", "[vmaf, cuts]"]])
+def test_list_options_accept_plain_words_and_commas(given: list[str]) -> None:
+    """`--stages vmaf cuts` and `--stages vmaf,cuts` reach the verb as the list ["vmaf", "cuts"]."""
+    from solarwm.cli import _normalise_args
+    from solarwm.data.annotate.runner import annotate_command
+
+    out = _normalise_args(annotate_command, ["--corpus", "c", *given, "--workers", "2"])
+    assert out == ["c", '--stages=["vmaf", "cuts"]', "--workers", "2"]
