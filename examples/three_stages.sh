@@ -31,8 +31,15 @@ PY
 # shellcheck disable=SC2046
 solarwm data synth --out "$OUT/corpus" $(cat "$OUT/synth_args.txt") > "$OUT/synth.json"
 
+# A stage whose export exists is done (a rerun resumes after the last finished stage).
+n=1
 for stage in bid tf dmd; do
-  solarwm fit --config "$OUT/recipes/tiny_$stage.yaml"
+  if [ -f "$OUT/stage$n/adapter/adapter.json" ]; then
+    echo "stage $n ($stage): $OUT/stage$n/adapter exists, skipped"
+  else
+    solarwm fit --config "$OUT/recipes/tiny_$stage.yaml"
+  fi
+  n=$((n + 1))
 done
 
 python examples/stage_metrics.py "$OUT"
