@@ -259,9 +259,9 @@ def test_h3_recipes_match_the_route():
     from solarwm.train_cli import parse_recipe
 
     recipes = Path(__file__).resolve().parents[1] / "recipes"
-    for stage, key in (("bid", "adapter"), ("tf", "adapter"), ("dmd", "generator")):
+    for stage in ("bid", "tf", "dmd"):
         cfg = parse_recipe(str(recipes / f"minimax_h3_{stage}.yaml"))
-        adapter_cfg = cfg.model.init_args[key]
+        adapter_cfg = cfg.model.init_args.adapter
         assert adapter_cfg.class_path == "solarwm.backbones.minimax_h3.MiniMaxH3Adapter"
         init = adapter_cfg.init_args
         assert init.preset == "published" and init.pretrained_path is None
