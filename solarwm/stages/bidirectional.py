@@ -34,7 +34,8 @@ class BidirectionalModule(StageModule):
         timestep_sampling: how ``u`` in (0, 1) is drawn before the adapter's shift: ``uniform`` or
             ``logit_normal`` (sigmoid of N(logit_mean, logit_std^2), SD3).
         logit_mean, logit_std: parameters of ``logit_normal``.
-        loss_weighting: ``none`` (plain eq. 1) or ``cosmap`` (per-sample 2/(pi(1-2s+2s^2)), SD3).
+        loss_weighting: ``none`` (plain eq. 1), ``cosmap`` (per-sample 2/(pi(1-2s+2s^2)), SD3) or ``x0``
+            (per-sample s^2: the x0 error of an x0-predicting route).
         optimizer: LightningCLI optimizer callable (default AdamW lr 1e-4).
         lr_scheduler: LightningCLI scheduler callable, stepped every optimizer step (default warm-up/constant).
         val_seed: seed of the validation noise and sigmas (identical every epoch, so ``val/loss`` is comparable).
@@ -67,8 +68,8 @@ class BidirectionalModule(StageModule):
             load_init(adapter, init_from, ("bidirectional",), init_from_command)
         if timestep_sampling not in ("uniform", "logit_normal"):
             raise ValueError(f"timestep_sampling must be 'uniform' or 'logit_normal', got {timestep_sampling!r}")
-        if loss_weighting not in ("none", "cosmap"):
-            raise ValueError(f"loss_weighting must be 'none' or 'cosmap', got {loss_weighting!r}")
+        if loss_weighting not in ("none", "cosmap", "x0"):
+            raise ValueError(f"loss_weighting must be 'none', 'cosmap' or 'x0', got {loss_weighting!r}")
         self.save_hyperparameters(ignore=["adapter", "optimizer", "lr_scheduler"])
         self.timestep_sampling = timestep_sampling
         self.logit_mean, self.logit_std = logit_mean, logit_std

@@ -21,7 +21,7 @@ from typing import Literal
 import torch
 
 TimestepSampling = Literal["uniform", "logit_normal"]
-LossWeighting = Literal["none", "cosmap"]
+LossWeighting = Literal["none", "cosmap", "x0"]
 
 
 def shift_sigmas(u: torch.Tensor, shift: float) -> torch.Tensor:
@@ -62,12 +62,16 @@ def flow_velocity(x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
 
 
 def loss_weights(sigma: torch.Tensor, weighting: LossWeighting = "none") -> torch.Tensor:
-    """Per-sample loss weight ``[B]``: ``none`` = 1; ``cosmap`` = 2 / (pi * (1 - 2s + 2s^2)) (SD3 eq. 20)."""
+    """Per-sample loss weight ``[B]``: ``none`` = 1; ``cosmap`` = 2 / (pi * (1 - 2s + 2s^2)) (SD3 eq. 20);
+    ``x0`` = s^2, which turns the velocity error (x0 - x̂0)/s of an x0-predicting model into the x0 error, so
+    low noise levels (where copying the input is nearly right) do not dominate training."""
     if weighting == "none":
         return torch.ones_like(sigma)
     if weighting == "cosmap":
         return 2.0 / (math.pi * (1.0 - 2.0 * sigma + 2.0 * sigma**2))
-    raise ValueError(f"unknown loss weighting {weighting!r}; expected 'none' or 'cosmap'")
+    if weighting == "x0":
+        return sigma**2
+    raise ValueError(f"unknown loss weighting {weighting!r}; expected 'none', 'cosmap' or 'x0'")
 
 
 def masked_mse(
