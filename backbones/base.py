@@ -57,6 +57,7 @@ from safetensors.torch import load_file, save_file
 
 from solarwm.backbones import lora as _lora
 from solarwm.backbones.lora import LoRAConfig, LoRAError
+from solarwm.backbones.text import zero_padding
 from solarwm.camera.se3 import relative_pose, se3_inverse
 from solarwm.rollout.cache import KVCache
 from solarwm.stages.objectives import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
@@ -149,6 +150,10 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     window_blocks: int = 6
     #: AnyFlow gate of the r-embedding when the flow map is enabled (``enable_flow_map``), else None.
     flow_map_gate: float | None = None
+    #: Attributes holding the frozen parts, in ``frozen_parts`` order (an attribute that is None is skipped).
+    frozen_part_names: ClassVar[tuple[str, ...]] = ("codec", "text_encoder")
+    #: What ``text_features`` says when a batch has no ``text_embeds`` and there is no text encoder.
+    missing_text_message: ClassVar[str] = "batch has no 'text_embeds' and the adapter has text_encoder='none'"
 
     transformer: torch.nn.Module
     config: Any
@@ -200,23 +205,55 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         return (latent_height // self.patch_size) * (latent_width // self.patch_size)
 
     # ------------------------------------------------------------------ codec
-    @abc.abstractmethod
     def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """``video [B, 3, F, H, W]`` in [-1, 1] -> normalised latents ``[B, C, f, h, w]``."""
+        """``video [B, 3, F, H, W]`` in [-1, 1] -> normalised latents ``[B, C, f, h, w]`` (``self.codec``)."""
+        return self.codec.encode(video)
 
-    @abc.abstractmethod
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, F, H, W]`` in [-1, 1]."""
+        """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, F, H, W]`` in [-1, 1] (``self.codec``, clamped)."""
+        return self.codec.decode(latents).clamp(-1.0, 1.0)
 
     def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """A decoder of consecutive latent blocks ``[B, C, n, h, w]`` of one clip -> their video frames.
 
         Concatenated, its outputs equal ``decode`` of the whole clip; memory does not grow with the
-        number of blocks (causal codecs keep one continuous cache). Route hook.
+        number of blocks (causal codecs keep one continuous cache). Default: the codec's own
+        ``stream_decoder()``, clamped to [-1, 1]; routes whose codec cannot stream override it.
         """
-        raise NotImplementedError(f"{self.route}: streaming decode is not implemented")
+        if getattr(getattr(self, "codec", None), "stream_decoder", None) is None:
+            raise NotImplementedError(f"{self.route}: streaming decode is not implemented")
+        decode_block = self.codec.stream_decoder()
+        return lambda latents: decode_block(latents).clamp(-1.0, 1.0)
 
     # ------------------------------------------------------------------ conditions
+    def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:
+        """The frame size ``(W, H)`` in pixels: from ``video``, ``image_size`` or the ``latents``' size."""
+        if "video" in batch:
+            return int(batch["video"].shape[-1]), int(batch["video"].shape[-2])
+        if "image_size" in batch:
+            width, height = batch["image_size"]
+            return int(width), int(height)
+        if "latents" in batch:
+            h, w = batch["latents"].shape[-2:]
+            return int(w) * self.spatial_compression, int(h) * self.spatial_compression
+        raise AdapterError(f"{self.route}: batch needs 'video', 'image_size' or 'latents' to know the frame size")
+
+    def text_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(text_embeds [B, L, text_dim], mask [B, L] or None)``: precomputed if present, else encoded."""
+        if "text_embeds" in batch:
+            embeds, mask = batch["text_embeds"], batch.get("text_mask")
+            if mask is not None:
+                embeds = zero_padding(embeds, mask.to(embeds.device))
+        elif self.text_encoder is not None:
+            embeds, mask = self.text_encoder(list(batch["caption"]))
+        else:
+            raise AdapterError(f"{self.route}: {self.missing_text_message}")
+        if embeds.shape[-1] != self.config.text_dim:
+            raise AdapterError(
+                f"{self.route}: text features have dim {embeds.shape[-1]}, transformer expects {self.config.text_dim}"
+            )
+        return embeds, mask
+
     @abc.abstractmethod
     def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Build ``cond`` from a batch: text features, ``viewmats`` w2c ``[B, f, 4, 4]``, ``K`` ``[B, f, 4]``,
@@ -317,6 +354,55 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         ``[i - window_blocks + 1, i)`` and itself.
         """
 
+    def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
+        """Check ``x_t [B, C, f, h, w]``, ``sigma_per_frame [B, f]`` and that the cameras cover the same frames."""
+        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
+            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
+        b, _, f = x_t.shape[:3]
+        if sigma_per_frame.shape != (b, f):
+            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
+        if cond["c2w"].shape[:2] != (b, f):
+            raise AdapterError(
+                f"{self.route}: cameras cover {tuple(cond['c2w'].shape[:2])} (batch, latent frames), latents are ({b}, {f})"
+            )
+
+    def _check_cache_call(self, attn_mask: torch.Tensor | None, kv_cache: KVCache | None, commit: bool) -> None:
+        """``commit=True`` needs a ``kv_cache``; a cached forward takes no ``attn_mask`` (the block sees its window)."""
+        if kv_cache is None and commit:
+            raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
+        if kv_cache is not None and attn_mask is not None:
+            raise AdapterError(f"{self.route}: a cached forward takes no attn_mask (the block sees its window)")
+
+    def _check_teacher_forcing(
+        self, x_clean: torch.Tensor, x_noisy: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]
+    ) -> None:
+        """``_check_input`` of the noisy copy; the clean copy must have the same shape."""
+        self._check_input(x_noisy, sigma_per_frame, cond)
+        if x_clean.shape != x_noisy.shape:
+            raise AdapterError(f"{self.route}: clean {tuple(x_clean.shape)} and noisy {tuple(x_noisy.shape)} differ")
+
+    def _native(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
+        """The transformer output as the native flow target (x0-output configs return the velocity)."""
+        if self.config.prediction == "x0":
+            # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
+            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
+            out = (x_t - out) / sigma
+        return out
+
+    def _cached_call(
+        self, run: Callable[[], torch.Tensor], cond: dict[str, Any], kv_cache: KVCache | None, commit: bool
+    ) -> torch.Tensor:
+        """``run()``; on an error the cache drops what it staged, else ``commit=True`` commits the block's cameras."""
+        try:
+            out = run()
+        except BaseException:
+            if kv_cache is not None:
+                kv_cache.discard_staged()
+            raise
+        if commit:
+            kv_cache.commit(cond["c2w"], cond["K"])
+        return out
+
     def new_cache(self, latent_height: int, latent_width: int) -> KVCache:
         """An empty sliding-window cache: ``window_blocks - 1`` blocks of history for every layer."""
         return KVCache(
@@ -385,7 +471,19 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     # ------------------------------------------------------------------ parameters
     def frozen_parts(self) -> dict[str, torch.nn.Module]:
         """The frozen modules by attribute name (codec, text encoder): what DMD's three roles share."""
-        return {}
+        parts = {}
+        for name in self.frozen_part_names:
+            part = getattr(self, name, None)
+            if part is not None:
+                parts[name] = part
+        return parts
+
+    def train(self, mode: bool = True) -> "BackboneAdapter":
+        """Switch the transformer's mode; frozen parts stay in eval mode."""
+        super().train(mode)
+        for part in self.frozen_parts().values():
+            part.eval()
+        return self
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Parameters a stage optimises (transformer + camera weights; frozen parts excluded).

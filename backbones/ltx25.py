@@ -837,6 +837,7 @@ class LTX25Adapter(BackboneAdapter):
     patch_size = 1
     frames_per_block = 2  # 16 pixel frames; see the module docstring
     window_blocks = 6
+    frozen_part_names = ("codec", "connector", "text_encoder")
 
     def __init__(
         self,
@@ -964,50 +965,11 @@ class LTX25Adapter(BackboneAdapter):
             )
         return encoder
 
-    def frozen_parts(self) -> dict[str, nn.Module]:
-        """The codec, the video text connector and the text encoder (hashing or Gemma + feature projection)."""
-        parts = {"codec": self.codec, "connector": self.connector}
-        if self.text_encoder is not None:
-            parts["text_encoder"] = self.text_encoder
-        return parts
-
-    def train(self, mode: bool = True) -> "LTX25Adapter":
-        """Switch the transformer's mode; frozen parts stay in eval mode."""
-        super().train(mode)
-        for part in self.frozen_parts().values():
-            part.eval()
-        return self
-
     @property
     def num_layers(self) -> int:
         return len(self.transformer.transformer_blocks)
 
-    # ------------------------------------------------------------------ codec
-    def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """``video [B, 3, F, H, W]`` in [-1, 1] -> latents ``[B, C, (F-1)/8 + 1, H/s, W/s]``."""
-        return self.codec.encode(video)
-
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, 8(f-1) + 1, H, W]`` in [-1, 1]."""
-        return self.codec.decode(latents).clamp(-1.0, 1.0)
-
-    def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """Block-by-block decode (exact for the patchify codec; see ``LTXVAECodec.stream_decoder``)."""
-        decode_block = self.codec.stream_decoder()
-        return lambda latents: decode_block(latents).clamp(-1.0, 1.0)
-
     # ------------------------------------------------------------------ conditions
-    def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:
-        if "video" in batch:
-            return int(batch["video"].shape[-1]), int(batch["video"].shape[-2])
-        if "image_size" in batch:
-            width, height = batch["image_size"]
-            return int(width), int(height)
-        if "latents" in batch:
-            h, w = batch["latents"].shape[-2:]
-            return int(w) * self.spatial_compression, int(h) * self.spatial_compression
-        raise AdapterError(f"{self.route}: batch needs 'video', 'image_size' or 'latents' to know the frame size")
-
     def text_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(embeds [B, L', D], mask [B, L'])``: cached Gemma features (``text_embeds``) or hashed captions,
         through the frozen video connector (L' = L padded to a multiple of its registers)."""
@@ -1044,20 +1006,6 @@ class LTX25Adapter(BackboneAdapter):
         }
 
     # ------------------------------------------------------------------ model call
-    def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
-        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
-            raise AdapterError(
-                f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}"
-            )
-        b, _, f = x_t.shape[:3]
-        if sigma_per_frame.shape != (b, f):
-            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
-        if cond["c2w"].shape[:2] != (b, f):
-            raise AdapterError(
-                f"{self.route}: cameras cover {tuple(cond['c2w'].shape[:2])} (batch, latent frames), "
-                f"latents are ({b}, {f})"
-            )
-
     def rope_freqs(self, positions: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotary tables of latent frames at ``positions`` for latents shaped like ``x [B, C, *, h, w]``."""
         h, w = x.shape[-2:]
@@ -1090,13 +1038,6 @@ class LTX25Adapter(BackboneAdapter):
             self._flow_map_r = None
         return out.to(x.dtype)
 
-    def _native(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
-        """The transformer output as the native flow target (x0-output configs return the velocity)."""
-        if self.config.prediction == "x0":
-            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
-            out = (x_t - out) / sigma
-        return out
-
     def forward(
         self,
         x_t: torch.Tensor,
@@ -1109,25 +1050,18 @@ class LTX25Adapter(BackboneAdapter):
     ) -> torch.Tensor:
         """Flow prediction ``[B, C, f, h, w]`` (``eps - x0`` space); see ``BackboneAdapter.forward``."""
         self._check_input(x_t, sigma_per_frame, cond)
+        self._check_cache_call(attn_mask, kv_cache, commit)
         f = x_t.shape[2]
         if kv_cache is None:
-            if commit:
-                raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
             context = LTXAttentionContext(self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
                                           attn_mask=attn_mask)
             positions = torch.arange(f)
         else:
-            if attn_mask is not None:
-                raise AdapterError(f"{self.route}: a cached forward takes no attn_mask (the block sees its window)")
             context, positions = self._cached_context(cond, kv_cache, x_t, commit)
-        try:
-            out = self._run(x_t, sigma_per_frame, r_per_frame, cond["text_embeds"], context, positions)
-        except BaseException:
-            if kv_cache is not None:
-                kv_cache.discard_staged()
-            raise
-        if commit:
-            kv_cache.commit(cond["c2w"], cond["K"])
+        out = self._cached_call(
+            lambda: self._run(x_t, sigma_per_frame, r_per_frame, cond["text_embeds"], context, positions),
+            cond, kv_cache, commit,
+        )
         return self._native(out, x_t, sigma_per_frame)
 
     def _cached_context(
@@ -1157,9 +1091,7 @@ class LTX25Adapter(BackboneAdapter):
         r_per_frame: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Prediction for ``x_noisy [B, C, f, h, w]`` on ``[clean | noisy]``; see ``BackboneAdapter``."""
-        self._check_input(x_noisy, sigma_per_frame, cond)
-        if x_clean.shape != x_noisy.shape:
-            raise AdapterError(f"{self.route}: clean {tuple(x_clean.shape)} and noisy {tuple(x_noisy.shape)} differ")
+        self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
         _, _, f, h, w = x_noisy.shape
         viewmats = self.window_viewmats(cond["c2w"], 0)
         mask = causal_mask(

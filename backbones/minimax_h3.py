@@ -94,7 +94,7 @@ from safetensors.torch import load_file, save_file
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.backbones.codecs import CodecError, PatchifyCodec
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.text import HashingTextEncoder, zero_padding
+from solarwm.backbones.text import HashingTextEncoder
 from solarwm.backbones.wan_attention import ContextRotary
 from solarwm.kernels.masks import MaskMod, flex_block_mask, teacher_forcing_mask, teacher_forcing_mask_mod
 from solarwm.kernels.prope import prope_attention
@@ -426,6 +426,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
     window_blocks = 6
     #: ``cond`` entries indexed ``[B, f, ...]`` (sliced per causal block); the anchor is not one of them.
     per_frame_conditions: ClassVar[tuple[str, ...]] = ("c2w", "K")
+    missing_text_message = "batch has no 'text_embeds' (the Qwen caption/image rows) and text_encoder='none'"
     #: Teacher-forcing mask as a FlexAttention ``BlockMask`` (True), a dense bool mask (False) or by device
     #: (None: BlockMask on CUDA, where a dense mask of the published layout, ~96.5k rows, would take ~9 GB).
     flex_masks: bool | None = None
@@ -537,21 +538,6 @@ class MiniMaxH3Adapter(BackboneAdapter):
             raise AdapterError(f"{self.route}: {path} must hold one tensor 'silence' of shape {shape}")
         return tensors["silence"].float()
 
-    def frozen_parts(self) -> dict[str, torch.nn.Module]:
-        """The codec and the text encoder."""
-        parts = {"codec": self.codec}
-        if self.text_encoder is not None:
-            parts["text_encoder"] = self.text_encoder
-        return parts
-
-    def train(self, mode: bool = True) -> "MiniMaxH3Adapter":
-        """Switch the transformer's mode; frozen parts stay in eval mode."""
-        super().train(mode)
-        self.codec.eval()
-        if self.text_encoder is not None:
-            self.text_encoder.eval()
-        return self
-
     @property
     def num_layers(self) -> int:
         """H3 blocks with a KV-cache slot (the text refiner has none)."""
@@ -573,14 +559,6 @@ class MiniMaxH3Adapter(BackboneAdapter):
         return h3_latent_to_pixel_frame(num_latent_frames)
 
     # ------------------------------------------------------------------ codec
-    def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """``video [B, 3, F, H, W]`` (F = 17n + 5, or 1 for the image anchor) -> latents ``[B, C, 5n + 2 (1), h, w]``."""
-        return self.codec.encode(video)
-
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[B, C, 5n + 2, h, w]`` -> ``video [B, 3, 17n + 5, H, W]`` in [-1, 1]."""
-        return self.codec.decode(latents).clamp(-1.0, 1.0)
-
     def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
         """Block-by-block decode (exact for the patchify codec; the VisualVAE's overlap decoder is not streamed)."""
         if not isinstance(self.codec, H3PatchifyCodec):
@@ -588,39 +566,9 @@ class MiniMaxH3Adapter(BackboneAdapter):
                 f"{self.route}: streaming decode of the VisualVAE (non-causal ViT decoder with temporal overlap "
                 "blending) is not implemented; decode the whole clip with decode()"
             )
-        decode_block = self.codec.stream_decoder()
-        return lambda latents: decode_block(latents).clamp(-1.0, 1.0)
+        return super().stream_decoder()
 
     # ------------------------------------------------------------------ conditions
-    def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:
-        if "video" in batch:
-            return int(batch["video"].shape[-1]), int(batch["video"].shape[-2])
-        if "image_size" in batch:
-            width, height = batch["image_size"]
-            return int(width), int(height)
-        if "latents" in batch:
-            h, w = batch["latents"].shape[-2:]
-            return int(w) * self.spatial_compression, int(h) * self.spatial_compression
-        raise AdapterError(f"{self.route}: batch needs 'video', 'image_size' or 'latents' to know the frame size")
-
-    def text_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(text_embeds [B, L, text_dim], mask or None)``: precomputed (Qwen rows) if present, else hashed."""
-        if "text_embeds" in batch:
-            embeds, mask = batch["text_embeds"], batch.get("text_mask")
-            if mask is not None:
-                embeds = zero_padding(embeds, mask.to(embeds.device))
-        elif self.text_encoder is not None:
-            embeds, mask = self.text_encoder(list(batch["caption"]))
-        else:
-            raise AdapterError(
-                f"{self.route}: batch has no 'text_embeds' (the Qwen caption/image rows) and text_encoder='none'"
-            )
-        if embeds.shape[-1] != self.config.text_dim:
-            raise AdapterError(
-                f"{self.route}: text features have dim {embeds.shape[-1]}, transformer expects {self.config.text_dim}"
-            )
-        return embeds, mask
-
     def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Text rows, per-latent-frame cameras and the anchor latent ``image_anchor [B, C, 1, h, w]`` (frame 0 alone).
 
@@ -826,15 +774,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
 
     # ------------------------------------------------------------------ model call
     def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
-        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
-            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
-        b, _, f = x_t.shape[:3]
-        if sigma_per_frame.shape != (b, f):
-            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
-        if cond["c2w"].shape[:2] != (b, f):
-            raise AdapterError(
-                f"{self.route}: cameras cover {tuple(cond['c2w'].shape[:2])} (batch, latent frames), latents are ({b}, {f})"
-            )
+        super()._check_input(x_t, sigma_per_frame, cond)
         if "image_anchor" not in cond:
             raise AdapterError(
                 f"{self.route}: cond has no 'image_anchor' (the one-frame image latent H3 packs as a condition); "
@@ -866,6 +806,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
         self._check_input(x_t, sigma_per_frame, cond)
         if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
             raise AdapterError(f"{self.route}: attn_mask must be a dense bool tensor (FlexAttention masks are not supported)")
+        self._check_cache_call(attn_mask, kv_cache, commit)
         b, _, f, h, w = x_t.shape
         grid = (h // self.patch_size, w // self.patch_size)
         tpf = grid[0] * grid[1]
@@ -874,8 +815,6 @@ class MiniMaxH3Adapter(BackboneAdapter):
         image_size = tuple(cond["image_size"])
         device = x_t.device
         if kv_cache is None:
-            if commit:
-                raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
             origin_c2w, origin_K = cond["c2w"][:, :1], cond["K"][:, :1]
             pv, pk = self._prefix_cameras(origin_K, num_text, tpf, image_size)
             viewmats = torch.cat([pv, self._relative_viewmats(cond["c2w"], origin_c2w).repeat_interleave(tpf, 1)], 1)
@@ -883,18 +822,12 @@ class MiniMaxH3Adapter(BackboneAdapter):
             context = H3AttentionContext(b, viewmats, K, image_size, attn_mask=self._full_mask(attn_mask, p))
             positions = self._video_positions(torch.arange(f), num_text, grid, device)
         else:
-            if attn_mask is not None:
-                raise AdapterError(f"{self.route}: a cached forward takes no attn_mask (the block sees its window)")
             context, positions = self._cached_context(cond, kv_cache, f, grid, num_text, commit)
         r_native = None if r_per_frame is None else 1.0 - r_per_frame.float()
-        try:
-            out = self._run(self._patchify(x_t), 1.0 - sigma_per_frame.float(), r_native, positions, cond, grid, context)
-        except BaseException:
-            if kv_cache is not None:
-                kv_cache.discard_staged()
-            raise
-        if commit:
-            kv_cache.commit(cond["c2w"], cond["K"])
+        out = self._cached_call(
+            lambda: self._run(self._patchify(x_t), 1.0 - sigma_per_frame.float(), r_native, positions, cond, grid, context),
+            cond, kv_cache, commit,
+        )
         return self.native_velocity_to_target(self._unpatchify(out, f, h, w))
 
     def _cached_context(
@@ -939,9 +872,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
         r_per_frame: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Prediction for ``x_noisy`` on ``[prefix | clean | noisy]`` (reference §1.3); see ``BackboneAdapter``."""
-        self._check_input(x_noisy, sigma_per_frame, cond)
-        if x_clean.shape != x_noisy.shape:
-            raise AdapterError(f"{self.route}: clean {tuple(x_clean.shape)} and noisy {tuple(x_noisy.shape)} differ")
+        self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
         b, _, f, h, w = x_noisy.shape
         grid = (h // self.patch_size, w // self.patch_size)
         tpf = grid[0] * grid[1]

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
@@ -26,7 +26,7 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.backbones.codecs import PatchifyCodec, WanVAECodec
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder, zero_padding
+from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder
 from solarwm.backbones.wan_attention import AttentionContext, PRoPEWanAttnProcessor, attach_context
 from solarwm.kernels.masks import causal_mask
 from solarwm.rollout.cache import KVCache
@@ -221,63 +221,7 @@ class WanAdapterBase(BackboneAdapter):
         cfg.text_encoder_path = str(Path(path).resolve())
         return UMT5TextEncoder(path, max_length=cfg.text_max_length)
 
-    def frozen_parts(self) -> dict[str, torch.nn.Module]:
-        """The codec (patchify or Wan VAE) and the text encoder."""
-        parts = {"codec": self.codec}
-        if self.text_encoder is not None:
-            parts["text_encoder"] = self.text_encoder
-        return parts
-
-    def train(self, mode: bool = True) -> "WanAdapterBase":
-        """Switch the transformer's mode; frozen parts stay in eval mode."""
-        super().train(mode)
-        self.codec.eval()
-        if self.text_encoder is not None:
-            self.text_encoder.eval()
-        return self
-
-    # ------------------------------------------------------------------ codec
-    def encode(self, video: torch.Tensor) -> torch.Tensor:
-        """``video [B, 3, F, H, W]`` in [-1, 1] -> latents ``[B, C, (F-1)/4 + 1, H/s, W/s]``."""
-        return self.codec.encode(video)
-
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[B, C, f, h, w]`` -> ``video [B, 3, 4(f-1) + 1, H, W]`` in [-1, 1]."""
-        return self.codec.decode(latents).clamp(-1.0, 1.0)
-
-    def stream_decoder(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """Block-by-block decode of one clip (the Wan VAE keeps its causal cache across blocks)."""
-        decode_block = self.codec.stream_decoder()
-        return lambda latents: decode_block(latents).clamp(-1.0, 1.0)
-
     # ------------------------------------------------------------------ conditions
-    def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:
-        if "video" in batch:
-            return int(batch["video"].shape[-1]), int(batch["video"].shape[-2])
-        if "image_size" in batch:
-            width, height = batch["image_size"]
-            return int(width), int(height)
-        if "latents" in batch:
-            h, w = batch["latents"].shape[-2:]
-            return int(w) * self.spatial_compression, int(h) * self.spatial_compression
-        raise AdapterError(f"{self.route}: batch needs 'video', 'image_size' or 'latents' to know the frame size")
-
-    def text_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(text_embeds [B, L, text_dim], mask [B, L] or None)``: precomputed if present, else encoded."""
-        if "text_embeds" in batch:
-            embeds, mask = batch["text_embeds"], batch.get("text_mask")
-            if mask is not None:
-                embeds = zero_padding(embeds, mask.to(embeds.device))
-        elif self.text_encoder is not None:
-            embeds, mask = self.text_encoder(list(batch["caption"]))
-        else:
-            raise AdapterError(f"{self.route}: batch has no 'text_embeds' and the adapter has text_encoder='none'")
-        if embeds.shape[-1] != self.config.text_dim:
-            raise AdapterError(
-                f"{self.route}: text features have dim {embeds.shape[-1]}, transformer expects {self.config.text_dim}"
-            )
-        return embeds, mask
-
     def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Text features + the camera of each latent frame (c2w ``[B, f, 4, 4]`` float64, pixel ``K [B, f, 4]``)."""
         c2w, K = self.latent_cameras(batch["c2w"], batch["K"])
@@ -350,14 +294,6 @@ class WanAdapterBase(BackboneAdapter):
             self._flow_map_r = None
         return out.to(x.dtype)
 
-    def _native(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
-        """The transformer output as the native flow target (x0-output configs return the velocity)."""
-        if self.config.prediction == "x0":
-            # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
-            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
-            out = (x_t - out) / sigma
-        return out
-
     def forward(
         self,
         x_t: torch.Tensor,
@@ -370,26 +306,16 @@ class WanAdapterBase(BackboneAdapter):
     ) -> torch.Tensor:
         """Flow prediction ``[B, C, f, h, w]`` (``eps - x0`` space); see ``BackboneAdapter.forward``."""
         self._check_input(x_t, sigma_per_frame, cond)
+        self._check_cache_call(attn_mask, kv_cache, commit)
         f = x_t.shape[2]
         if kv_cache is None:
-            if commit:
-                raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
             context = AttentionContext(
                 self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
                 positions=torch.arange(f), attn_mask=attn_mask,
             )
         else:
-            if attn_mask is not None:
-                raise AdapterError(f"{self.route}: a cached forward takes no attn_mask (the block sees its window)")
             context = self._cached_context(cond, kv_cache, f, commit)
-        try:
-            out = self._run(x_t, sigma_per_frame, r_per_frame, cond, context)
-        except BaseException:
-            if kv_cache is not None:
-                kv_cache.discard_staged()
-            raise
-        if commit:
-            kv_cache.commit(cond["c2w"], cond["K"])
+        out = self._cached_call(lambda: self._run(x_t, sigma_per_frame, r_per_frame, cond, context), cond, kv_cache, commit)
         return self._native(out, x_t, sigma_per_frame)
 
     def _cached_context(self, cond: dict[str, Any], cache: KVCache, f: int, commit: bool) -> AttentionContext:
@@ -416,9 +342,7 @@ class WanAdapterBase(BackboneAdapter):
 
         Both copies share temporal positions, cameras and the per-frame channel conditions (I2V: ``y``).
         """
-        self._check_input(x_noisy, sigma_per_frame, cond)
-        if x_clean.shape != x_noisy.shape:
-            raise AdapterError(f"{self.route}: clean {tuple(x_clean.shape)} and noisy {tuple(x_noisy.shape)} differ")
+        self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
         b, _, f, h, w = x_noisy.shape
         viewmats = self.window_viewmats(cond["c2w"], 0)
         mask = causal_mask(
