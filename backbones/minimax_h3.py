@@ -92,6 +92,7 @@ from safetensors.torch import load_file, save_file
 
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.backbones.lora import LoRAConfig
+from solarwm.backbones.pretrained import load_transformer
 from solarwm.backbones.minimax_h3_parts import (
     TAG_VIDEO,
     TAG_TEXT,
@@ -283,26 +284,8 @@ class MiniMaxH3Adapter(BackboneAdapter):
 
     def _build_transformer(self, root: Path | None) -> MiniMaxH3Transformer3DModel:
         expected = self.config.transformer_kwargs(self.codec.latent_channels)
-        if root is None:
-            return MiniMaxH3Transformer3DModel(**expected)
-        tdir = root / "transformer"
-        if not (tdir / "config.json").is_file():
-            raise AdapterError(
-                f"{self.route}: {tdir} missing or has no config.json: pretrained_path must be a diffusers "
-                "checkpoint folder with transformer/ (and vae/ for codec='h3_vae')"
-            )
-        model = MiniMaxH3Transformer3DModel.from_pretrained(str(tdir), use_safetensors=True)
-
-        def plain(value: Any) -> Any:
-            return tuple(value) if isinstance(value, (list, tuple)) else value
-
-        wrong = [
-            f"{k}: checkpoint {model.config[k]!r} != config {v!r}"
-            for k, v in expected.items() if plain(model.config[k]) != plain(v)
-        ]
-        if wrong:
-            raise AdapterError(f"{self.route}: checkpoint {tdir} does not match the config: " + "; ".join(wrong))
-        return model
+        layout = "transformer/ (and vae/ for codec='h3_vae')"
+        return load_transformer(self.route, MiniMaxH3Transformer3DModel, root, expected, None, layout)
 
     def _silence(self) -> torch.Tensor:
         cfg = self.config

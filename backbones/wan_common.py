@@ -26,6 +26,7 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.backbones.codecs import PatchifyCodec, WanVAECodec
 from solarwm.backbones.lora import LoRAConfig
+from solarwm.backbones.pretrained import load_transformer
 from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder
 from solarwm.backbones.wan_attention import AttentionContext, PRoPEWanAttnProcessor, attach_context
 from solarwm.kernels.masks import causal_mask
@@ -182,27 +183,8 @@ class WanAdapterBase(BackboneAdapter):
 
     def _build_transformer(self, root: Path | None) -> WanTransformer3DModel:
         expected = self.config.transformer_kwargs(*self.transformer_channels())
-        if root is None:
-            return WanTransformer3DModel(**expected)
-        tdir = root / "transformer"
-        if not (tdir / "config.json").is_file():
-            raise AdapterError(
-                f"{self.route}: {tdir} missing or has no config.json: pretrained_path must be a diffusers "
-                "checkpoint folder with transformer/ (and vae/ for codec='wan_vae')"
-            )
-        model = WanTransformer3DModel.from_pretrained(str(tdir), use_safetensors=True)
-
-        def plain(value: Any) -> Any:
-            return tuple(value) if isinstance(value, (list, tuple)) else value
-
-        wrong = [
-            f"{k}: checkpoint {model.config.get(k)!r} != config {expected[k]!r}"
-            for k in _CHECKED_KEYS
-            if plain(model.config.get(k)) != plain(expected[k])
-        ]
-        if wrong:
-            raise AdapterError(f"{self.route}: checkpoint {tdir} does not match the config: " + "; ".join(wrong))
-        return model
+        layout = "transformer/ (and vae/ for codec='wan_vae')"
+        return load_transformer(self.route, WanTransformer3DModel, root, expected, _CHECKED_KEYS, layout)
 
     def _build_text_encoder(self, root: Path | None) -> torch.nn.Module | None:
         cfg = self.config

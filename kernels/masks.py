@@ -15,6 +15,7 @@ masked (every token sees at least its own block), so SDPA never returns NaN.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -171,6 +172,7 @@ def teacher_forcing_block_mask(
     return flex_block_mask(mod, 2 * num_frames * tokens_per_frame, device, block_size)
 
 
+@functools.lru_cache(maxsize=32)
 def causal_mask(
     kind: str,
     num_frames: int,
@@ -183,6 +185,9 @@ def causal_mask(
 
     ``kind`` is one of ``"frame_causal"``, ``"block_causal"``, ``"teacher_forcing"``;
     ``max_prior_blocks`` limits the history of teacher-forcing's noisy blocks (the sliding window).
+    Cached per shape: every training step of a stage asks for the same mask, and building it (a
+    FlexAttention ``create_block_mask`` on CUDA) belongs at set-up, not in the step. Callers must not
+    modify the returned mask.
     """
     if kind not in MASK_KINDS:
         raise ValueError(f"causal_mask: unknown kind {kind!r}; expected one of {MASK_KINDS}")

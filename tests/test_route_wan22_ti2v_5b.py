@@ -22,3 +22,22 @@ def test_contract_geometry_cache_teacher_forcing_export(tmp_path):
     contract.check_cache_exact(a, batch)
     contract.check_teacher_forcing_matches_rollout(a, batch)
     contract.check_export_round_trip(a, batch, tmp_path / "export")
+
+
+def test_pretrained_folder_is_checked_against_the_config(tmp_path):
+    """A checkpoint folder loads with safetensors; a config mismatch or a missing folder names the key or path."""
+    import dataclasses
+
+    import pytest
+
+    from solarwm.backbones.base import AdapterError
+
+    a = adapter()
+    a.transformer.save_pretrained(tmp_path / "ckpt" / "transformer", safe_serialization=True)
+    loaded = Wan22TI2V5BAdapter(config=a.config, pretrained_path=str(tmp_path / "ckpt"))
+    assert all(torch.equal(p, q) for p, q in zip(loaded.transformer.parameters(), a.transformer.parameters()))
+    with pytest.raises(AdapterError, match="num_layers: checkpoint 2 != config 1"):
+        Wan22TI2V5BAdapter(config=dataclasses.replace(a.config, num_layers=1), pretrained_path=str(tmp_path / "ckpt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AdapterError, match="missing or has no config.json"):
+        Wan22TI2V5BAdapter(config=a.config, pretrained_path=str(tmp_path / "empty"))

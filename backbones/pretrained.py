@@ -1,0 +1,49 @@
+"""Loading a route's diffusers transformer from a local checkpoint folder and checking it against the config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from solarwm.backbones.base import AdapterError
+
+
+def _plain(value: Any) -> Any:
+    """JSON round trips turn tuples into lists; compare them as tuples."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def load_transformer(
+    route: str,
+    model_class: type,
+    root: Path | None,
+    expected: dict[str, Any],
+    checked: Iterable[str] | None = None,
+    layout: str = "transformer/",
+) -> torch.nn.Module:
+    """``model_class(**expected)`` without ``root``; else ``root/transformer`` loaded with safetensors.
+
+    The loaded config must equal ``expected`` on the ``checked`` keys (default: all of them); a mismatch
+    or a missing folder raises ``AdapterError`` naming the folder, each differing key and ``layout`` (what a
+    checkpoint folder of this route holds).
+    """
+    if root is None:
+        return model_class(**expected)
+    tdir = root / "transformer"
+    if not (tdir / "config.json").is_file():
+        raise AdapterError(
+            f"{route}: {tdir} missing or has no config.json: pretrained_path must be a diffusers checkpoint folder "
+            f"with {layout}"
+        )
+    model = model_class.from_pretrained(str(tdir), use_safetensors=True)
+    keys = list(expected) if checked is None else list(checked)
+    wrong = [
+        f"{k}: checkpoint {model.config.get(k)!r} != config {expected[k]!r}"
+        for k in keys
+        if _plain(model.config.get(k)) != _plain(expected[k])
+    ]
+    if wrong:
+        raise AdapterError(f"{route}: checkpoint {tdir} does not match the config: " + "; ".join(wrong))
+    return model
