@@ -1,4 +1,4 @@
-"""Run annotation stages over a corpus: per-clip tasks, a local process pool, resume, accounting.
+"""Run annotation stages over a corpus: per-clip tasks, any executor, resume, accounting.
 
 The unit of work is ``annotate_clip(clip_dir, stages, config)``: a pure top-level function of
 picklable arguments returning a JSON-serialisable ``ClipResult``. All state lives in the
@@ -6,30 +6,25 @@ clip's ``meta.json`` (one atomic ``update_meta`` per finished stage), so:
 
 * a rerun skips every stage already ``ok`` at the same version (idempotent), and a killed run
   resumes where it stopped — finished clips and stages stay finished;
-* any executor can run the tasks. Here it is ``concurrent.futures.ProcessPoolExecutor``; with
-  Ray it would be ``ray.get([ray.remote(annotate_clip).remote(d, stages, config) for d in dirs])``.
-  That needs only that every worker sees the corpus folder at the same path (shared
-  filesystem), has this package installed, and—for model stages—has the checkpoint paths
+* any executor of ``solarwm.data.executor.map_tasks`` can run the tasks. A cluster executor
+  needs only that every worker sees the corpus folder at the same path (shared filesystem), has this package installed, and—for model stages—has the checkpoint paths
   readable; two tasks must never annotate the same clip at once (one task per clip folder).
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from solarwm.data.accounting import account
 from solarwm.data.annotate.stages import STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, StageSkipped
 from solarwm.data.annotate.visual import MetricError
 from solarwm.data.annotate.vlm import VLMConfig
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
+from solarwm.data.executor import map_tasks
 
 # Top-level keys a stage may write outside ``metrics``; ``caption`` also rewrites prompt.txt.
 TOP_LEVEL_KEYS = ("caption",)
@@ -107,31 +102,21 @@ def annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> C
     return result
 
 
+def _annotate_task(task: tuple[str, list[str], AnnotateConfig]) -> ClipResult:
+    """``annotate_clip`` on one ``(clip_dir, stages, config)`` tuple, the shape executors pass."""
+    return annotate_clip(*task)
+
+
 def run_annotate(corpus: str | Path, stages: list[str], config: AnnotateConfig, workers: int = 1) -> list[ClipResult]:
     """Annotate every clip of ``corpus`` with a tqdm progress bar; ``workers`` processes (1 = in-process)."""
     config.check(stages)
     dirs = [str(d) for d in iter_clip_dirs(corpus)]
-    bar = tqdm(total=len(dirs), desc="annotate", unit="clip", file=sys.stderr, dynamic_ncols=True)
     results: list[ClipResult] = []
-    try:
-        if workers <= 1:
-            for d in dirs:
-                results.append(annotate_clip(d, stages, config))
-                bar.update()
-        else:
-            # spawn: workers must not inherit a parent that already initialised torch/FFmpeg threads.
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                futures = {pool.submit(annotate_clip, d, stages, config): d for d in dirs}
-                for fut in as_completed(futures):
-                    try:
-                        results.append(fut.result())
-                    except Exception as e:  # a crashed worker loses only its clip's unfinished stages
-                        name = Path(futures[fut]).name
-                        results.append(ClipResult(name, {s: "failed" for s in stages}, {s: f"worker: {e!r}" for s in stages}))
-                    bar.update()
-    finally:
-        bar.close()
+    for i, outcome in map_tasks(_annotate_task, [(d, stages, config) for d in dirs], workers=workers, desc="annotate"):
+        if isinstance(outcome, BaseException):  # a crashed worker loses only its clip's unfinished stages
+            name = Path(dirs[i]).name
+            outcome = ClipResult(name, {s: "failed" for s in stages}, {s: f"worker: {outcome!r}" for s in stages})
+        results.append(outcome)
     return sorted(results, key=lambda r: r.clip)
 
 
