@@ -25,6 +25,27 @@ def opencv_to_opengl(c2w: Any) -> np.ndarray:
     return np.asarray(c2w, dtype=np.float64) @ _FLIP_YZ
 
 
+# Unreal Engine: left-handed world and camera, x forward, y right, z up. C maps UE axes to
+# OpenCV's (x right, y down, z forward); applied on both sides it converts the world and the
+# camera frame, so det(R) stays +1 (converting only the camera axes would leave det -1).
+UNREAL_TO_OPENCV = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]])
+
+
+def row_vector_to_column(m: Any) -> np.ndarray:
+    """A row-vector 4×4 ``[..., 4, 4]`` (translation in the 4th row, Unreal/DirectX) → column convention."""
+    return np.swapaxes(np.asarray(m, dtype=np.float64), -1, -2)
+
+
+def unreal_to_opencv(c2w: Any) -> np.ndarray:
+    """Unreal camera-to-world ``[..., 4, 4]`` (column convention, same units) → OpenCV c2w: ``C·R·Cᵀ``, ``C·t``."""
+    m = np.asarray(c2w, dtype=np.float64)
+    out = np.zeros_like(m)
+    out[..., :3, :3] = UNREAL_TO_OPENCV @ m[..., :3, :3] @ UNREAL_TO_OPENCV.T
+    out[..., :3, 3] = m[..., :3, 3] @ UNREAL_TO_OPENCV.T
+    out[..., 3, 3] = 1.0
+    return out
+
+
 def w2c_to_c2w(w2c: Any) -> Any:
     """World-to-camera (extrinsics, as COLMAP stores them) → camera-to-world."""
     return se3_inverse(w2c)

@@ -111,11 +111,15 @@ def _check_arrays(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int | N
     return errors
 
 
-def write_clip(clip: Clip, corpus_dir: str | Path, validate: bool = True, fps: float | None = None) -> Path:
+def write_clip(
+    clip: Clip, corpus_dir: str | Path, validate: bool = True, fps: float | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
+) -> Path:
     """Write ``clip`` as ``corpus_dir/<clip_id>/`` atomically; returns the folder.
 
     ``validate=False`` exists only to write deliberately broken fixtures. Media metadata
-    (fps, size, frame count, codec) is filled from the encoded video.
+    (fps, size, frame count, codec) is filled from the encoded video. ``arrays`` are optional
+    per-frame sidecars (e.g. ``action``) written as ``<name>.npy``; each needs one row per frame.
     """
     corpus_dir = Path(corpus_dir)
     corpus_dir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +142,10 @@ def write_clip(clip: Clip, corpus_dir: str | Path, validate: bool = True, fps: f
         write_video(tmp / "video.mp4", clip.frames, float(rate))
         np.save(tmp / "poses.npy", c2w)
         np.save(tmp / "intrinsics.npy", K)
+        for name, arr in (arrays or {}).items():
+            if validate and len(arr) != len(clip.frames):
+                raise ClipError(clip.clip_id, f"{name}_count", f"{name} has {len(arr)} rows for {len(clip.frames)} frames")
+            np.save(tmp / f"{name}.npy", np.asarray(arr))
         (tmp / "prompt.txt").write_text(clip.caption.strip() + "\n")
         clip.meta = {**clip.meta, **probe_video(tmp / "video.mp4")}
         (tmp / "meta.json").write_text(json.dumps(clip.to_meta_json(), indent=1, sort_keys=True))

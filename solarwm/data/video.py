@@ -196,11 +196,12 @@ def read_video_bytes(data: bytes, name: str = "<bytes>") -> np.ndarray:
     return _decode(io.BytesIO(data), name)
 
 
-def probe_video(path: str | Path) -> dict[str, Any]:
-    """Container metadata without decoding pixels: fps, width, height, num_frames, codec."""
-    path = Path(path)
+def probe_video(path: str | Path | bytes) -> dict[str, Any]:
+    """Container metadata without decoding pixels: fps, width, height, num_frames, codec (file path or mp4 bytes)."""
+    source = io.BytesIO(path) if isinstance(path, bytes) else str(path)
+    path = "<bytes>" if isinstance(path, bytes) else Path(path)
     try:
-        with av.open(str(path)) as container:
+        with av.open(source) as container:
             s = container.streams.video[0]
             num_frames = s.frames or sum(1 for p in container.demux(s) if p.size)
             return {
@@ -212,6 +213,34 @@ def probe_video(path: str | Path) -> dict[str, Any]:
             }
     except (av.error.FFmpegError, IndexError) as e:
         raise VideoError(f"{path}: cannot probe video: {e}") from e
+
+
+def read_video_frames(source: str | Path | bytes, indices: Any, name: str | None = None) -> np.ndarray:
+    """Decode only frames ``indices`` (any order, repeats allowed) → uint8 ``[len(indices), H, W, 3]``.
+
+    Streams the file once and keeps just the frames asked for, so a window of an hour-long
+    video costs the memory of the window; raises ``VideoError`` if the video ends first.
+    """
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    name = name or ("<bytes>" if isinstance(source, bytes) else str(source))
+    if isinstance(source, (str, Path)) and not Path(source).is_file():
+        raise VideoError(f"{name}: video file not found")
+    wanted = set(int(i) for i in idx)
+    last = int(idx.max()) if len(idx) else -1
+    kept: dict[int, np.ndarray] = {}
+    try:
+        with av.open(io.BytesIO(source) if isinstance(source, bytes) else str(source)) as container:
+            for n, frame in enumerate(container.decode(video=0)):
+                if n in wanted:
+                    kept[n] = frame.to_ndarray(format="rgb24")
+                if n >= last:
+                    break
+    except (av.error.FFmpegError, ValueError, IndexError) as e:
+        raise VideoError(f"{name}: cannot decode video: {e}") from e
+    missing = sorted(wanted - set(kept))
+    if missing:
+        raise VideoError(f"{name}: video ends before frame {missing[0]}")
+    return np.stack([kept[int(i)] for i in idx]) if len(idx) else np.zeros((0, 0, 0, 3), np.uint8)
 
 
 def to_uint8_frames(video: Any) -> np.ndarray:
