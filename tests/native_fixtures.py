@@ -45,11 +45,11 @@ class World:
 
 
 @functools.lru_cache(maxsize=None)
-def make_world(n: int, fps: float, seed: int = 0) -> World:
+def make_world(n: int, fps: float, seed: int = 0, fov_x_deg: float = 70.0) -> World:
     """A walk along an arc (forward, turning, slight rise) through a random textured world."""
     sec = (n - 1) / fps
     seg = T.Segment(n - 1, forward=1.2 * sec, yaw=25.0 * sec, up=0.1 * sec)
-    traj = T.compose_segments([seg], fps=fps, width=WIDTH, height=HEIGHT, fov_x_deg=70.0,
+    traj = T.compose_segments([seg], fps=fps, width=WIDTH, height=HEIGHT, fov_x_deg=fov_x_deg,
                               start=(0.0, 0.0, 1.5), start_yaw=30.0 * seed, blend_steps=0)
     scene = make_scene(np.random.default_rng(seed), traj.c2w)
     frames = render_views(scene, traj.c2w, traj.K, WIDTH, HEIGHT)
@@ -116,7 +116,7 @@ class TruthOracle:
 
     def __init__(self, weights: str | None = None, **_: object):
         with np.load(weights) as d:
-            self.frames, self.c2w = d["frames"], d["c2w"]
+            self.frames, self.c2w, self.K = d["frames"], d["c2w"], d["K"]
         gauge = np.eye(4)  # an arbitrary rigid change of world frame: the bridge must not care
         gauge[:3, :3] = T.heading_rotations(np.array([40.0]), np.array([-10.0]))[0]
         gauge[:3, 3] = [3.0, -1.0, 0.5]
@@ -126,7 +126,7 @@ class TruthOracle:
         flat = self.frames.reshape(len(self.frames), -1).astype(np.int32)
         idx = [int(np.argmin(np.abs(flat - f.reshape(-1).astype(np.int32)).sum(1))) for f in frames]
         c2w = self.gauge @ self.c2w[idx]
-        return PoseEstimate(c2w, np.asarray(K), "metric", self.name, self.version)
+        return PoseEstimate(c2w, self.K[idx] if K is None else np.asarray(K), "metric", self.name, self.version)
 
 
 register("truth-oracle")(TruthOracle)
@@ -135,7 +135,7 @@ register("truth-oracle")(TruthOracle)
 def write_oracle(path: Path, video: Path | bytes, world: World) -> str:
     """The oracle's 'weights': the decoded native frames and their true metric c2w."""
     frames = read_video(video) if isinstance(video, Path) else read_video_bytes(video)
-    np.savez(path, frames=frames, c2w=world.c2w)
+    np.savez(path, frames=frames, c2w=world.c2w, K=world.K)
     return str(path)
 
 
@@ -153,3 +153,101 @@ def dumps(obj: object) -> bytes:
     """JSON bytes."""
     return json.dumps(obj).encode()
 
+
+
+@functools.lru_cache(maxsize=None)
+def world_mp4(n: int, fps: float, seed: int = 0) -> bytes:
+    """The world's frames as mp4 bytes (encoded once per test session)."""
+    return encode_video_bytes(np.asarray(make_world(n, fps, seed).frames), fps)
+
+
+# ---------------------------------------------------------------- abot
+
+
+def write_abot(root: Path, sample_id: str, world: World, norm: float, actions: int | None = None,
+               camera_scale: int = 2, with_annotations: bool = True) -> np.ndarray:
+    """``data/<id[:2]>/<id>/{video.mp4, annotations.tar}``: COLMAP w2c (wxyz, translation / norm) per frame,
+    a PINHOLE camera given at ``camera_scale`` × the video size, and ``actions`` key rows (default one per frame).
+    Returns the uint8 ``[rows, 11]`` actions written."""
+    ep = root / "data" / sample_id[:2] / sample_id
+    ep.mkdir(parents=True, exist_ok=True)
+    (ep / "video.mp4").write_bytes(world_mp4(world.n, world.fps))
+    rng = np.random.default_rng(1)
+    keys = rng.random((world.n if actions is None else actions, 11)) < 0.3
+    if not with_annotations:
+        return keys.astype(np.uint8)
+    w2c = c2w_to_w2c(world.c2w)
+    q, t = rotation_to_quat(w2c[:, :3, :3], "wxyz"), w2c[:, :3, 3] / norm
+    lines = ["# Image list with two lines of data per image:", "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME"]
+    for i in range(world.n):
+        lines += [" ".join([str(i + 1), *(f"{v:.17g}" for v in q[i]), *(f"{v:.17g}" for v in t[i]), "1",
+                            f"frame_{i + 1:06d}.png"]), ""]
+    fx, fy, cx, cy = (float(v) for v in world.K[0] * camera_scale)
+    cameras = f"# Camera list\n1 PINHOLE {WIDTH * camera_scale} {HEIGHT * camera_scale} {fx!r} {fy!r} {cx!r} {cy!r}\n"
+    names = ("W", "A", "S", "D", "Q", "E", "I", "J", "K", "L", "Space")
+    action = {"frames": [{"keys": {k: bool(v) for k, v in zip(names, row)}} for row in keys], "control_scheme": "wasd"}
+    write_tar(ep / "annotations.tar", {"sparse/0/cameras.txt": cameras.encode(), "sparse/0/images.txt": "\n".join(lines).encode(),
+                                       "sparse/0/points3D.txt": b"", "action.json": dumps(action),
+                                       "caption.json": dumps({"scene_static": "ignored"})})
+    return keys.astype(np.uint8)
+
+
+# ---------------------------------------------------------------- multicamvideo
+
+SENSOR_MM = 23.76
+
+
+def unreal_rows(c2w: np.ndarray) -> list[str]:
+    """OpenCV metric c2w ``[N, 4, 4]`` → ReCamMaster's Unreal row-vector strings in centimetres."""
+    out = []
+    for m in c2w:
+        ue = np.eye(4)
+        ue[:3, :3] = UNREAL_TO_OPENCV.T @ m[:3, :3] @ UNREAL_TO_OPENCV
+        ue[:3, 3] = UNREAL_TO_OPENCV.T @ m[:3, 3] * 100.0
+        out.append(" ".join("[" + " ".join(f"{v:.17g}" for v in row) + "]" for row in ue.T))
+    return out
+
+
+def write_multicam(root: Path, focal_mm: float, worlds: dict[str, World], scene: str = "scene1") -> Path:
+    """``train/f<focal>_aperture2.4/<scene>/{videos/camNN.mp4, cameras/camera_extrinsics.json}``."""
+    d = root / "train" / f"f{focal_mm:g}_aperture2.4" / scene
+    (d / "videos").mkdir(parents=True, exist_ok=True)
+    (d / "cameras").mkdir(parents=True, exist_ok=True)
+    n = min(w.n for w in worlds.values())
+    rows = {cam: unreal_rows(w.c2w) for cam, w in worlds.items()}
+    doc = {f"frame{i}": {cam: rows[cam][i] for cam in worlds} for i in range(n)}
+    (d / "cameras" / "camera_extrinsics.json").write_text(json.dumps(doc))
+    for cam, w in worlds.items():
+        (d / "videos" / f"{cam}.mp4").write_bytes(encode_video_bytes(np.asarray(w.frames), w.fps))
+    return d
+
+
+def fov_for_focal(focal_mm: float) -> float:
+    """Horizontal field of view of ``focal_mm`` on the MultiCamVideo sensor."""
+    return float(np.degrees(2.0 * np.arctan(SENSOR_MM / (2.0 * focal_mm))))
+
+
+# ---------------------------------------------------------------- omniworld
+
+
+def write_omniworld(root: Path, uid: str, world: World, first_frame: int, scale: float | None) -> None:
+    """Scene ``uid``: one split of the world's frames as PNGs (global ids from ``first_frame``), its camera json
+    (w2c wxyz, translation / scale) and a metadata csv row (no Metric Scale when ``scale`` is None)."""
+    import cv2
+
+    ids = list(range(first_frame, first_frame + world.n))
+    pngs = {f"color/{g:06d}.png": cv2.imencode(".png", np.ascontiguousarray(f[..., ::-1]))[1].tobytes()
+            for g, f in zip(ids, world.frames)}
+    write_tar(root / "videos" / "OmniWorld-Game" / uid / f"{uid}_rgb_0000.tar.gz", pngs, "w:gz")
+    w2c = c2w_to_w2c(world.c2w)
+    cam = {"quats": rotation_to_quat(w2c[:, :3, :3], "wxyz").tolist(),
+           "trans": (w2c[:, :3, 3] / (scale or 1.0)).tolist(), "focals": world.K[:, 0].tolist(),
+           "cx": float(world.K[0, 2]), "cy": float(world.K[0, 3])}
+    write_tar(root / "annotations" / "OmniWorld-Game" / uid / f"{uid}_others.tar.gz",
+              {"split_info.json": dumps({"split": [ids]}), "camera/split_0.json": dumps(cam), "fps.txt": b"24"}, "w:gz")
+    csv = root / "metadata" / "omniworld_game_metadata.csv"
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    if not csv.exists():
+        csv.write_text("UID,Metric Scale,FPS,Resolution\n")
+    with csv.open("a") as f:
+        f.write(f"{uid},{'' if scale is None else repr(scale)},24,64x36\n")

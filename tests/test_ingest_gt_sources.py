@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from native_fixtures import (
-    expected_indices, make_world, realcam_entry, write_oracle, write_realcam, write_sekai_game,
+    expected_indices, fov_for_focal, make_world, realcam_entry, write_abot, write_multicam, write_omniworld,
+    write_oracle, write_realcam, write_sekai_game,
 )
 from solarwm.data.accounting import account
 from solarwm.data.contract import clip_id, iter_clip_dirs, read_clip, read_meta
@@ -118,3 +119,61 @@ def test_sekai_game_bridge_restores_metres_and_fails_closed(tmp_path):
     assert clip.provenance["native"]["game_frame_range"] == [4650, 4960]
     total = account(out).total()
     assert total["ingested"] == 4 and total["failed"] == 2 and total["pending"] == 2
+
+
+def test_abot_colmap_actions_and_bridge(tmp_path):
+    world = make_world(N, SRC_FPS)
+    native, out = tmp_path / "native", tmp_path / "corpus"
+    sid = "0006949c46a4494be1f43365691e344c"
+    keys = write_abot(native, sid, world, norm=0.37)
+    write_abot(native, "11aa" + "0" * 28, world, 1.0, actions=N - 3)  # wrong action row count
+    write_abot(native, "22bb" + "0" * 28, world, 1.0, with_annotations=False)
+    weights = write_oracle(tmp_path / "oracle.npz", native / "data" / sid[:2] / sid / "video.mp4", world)
+    summary = ingest("abot", native, out, spec="81f", estimator="truth-oracle", estimator_weights=weights, progress=False)
+    assert summary["failed_reasons"] == {"action_count_mismatch": 1, "missing_pose_file": 1}
+    check_windows(out, "abot", sid, world)
+    for w in range(2):
+        folder = out / clip_id("abot", sid, w * 152, (w + 1) * 152)
+        np.testing.assert_array_equal(np.load(folder / "action.npy"), keys[expected_indices(N, SRC_FPS, 81, w)])
+    conv = read_clip(folder, load_video=False).provenance["conversions"]
+    assert [c["name"] for c in conv] == ["quaternion_w2c_to_c2w", "resize_K", "resample_fps", "metric_scale"]
+    assert conv[-1]["scale"] == pytest.approx(0.37, rel=1e-9)
+
+
+def test_multicamvideo_unreal_centimetres_relabelled(tmp_path):
+    focal = 24.0
+    worlds = {"cam01": make_world(81, 15.0, 0, fov_for_focal(focal)), "cam02": make_world(81, 15.0, 1, fov_for_focal(focal))}
+    native, out = tmp_path / "native", tmp_path / "corpus"
+    write_multicam(native, focal, worlds)
+    summary = ingest("multicamvideo", native, out, progress=False)  # default spec 81f
+    assert summary["clips"]["written"] == 2
+    for cam, world in worlds.items():
+        oid = f"train_f24_aperture2.4_scene1_{cam}"
+        clip = read_clip(out / clip_id("multicamvideo", oid, 0, 81))
+        np.testing.assert_allclose(clip.c2w, world.c2w, atol=1e-5)
+        np.testing.assert_allclose(clip.K, world.K, atol=1e-5)
+        assert np.abs(clip.frames.astype(float) - world.frames).mean() < 12.0
+        assert np.linalg.det(clip.c2w[:, :3, :3]) == pytest.approx(np.ones(81))
+        names = [c["name"] for c in clip.provenance["conversions"]]
+        assert names == ["unreal_to_opencv", "centimetres_to_metres", "focal_mm_to_pixel_K", "relabel_fps"]
+        assert clip.provenance["source_fps"] == 15.0 and clip.meta["fps"] == 16.0
+
+
+def test_multicamvideo_refuses_to_resample_at_a_longer_spec(tmp_path):
+    world = make_world(81, 15.0, 0, fov_for_focal(35.0))
+    write_multicam(tmp_path / "native", 35.0, {"cam01": world})
+    summary = ingest("multicamvideo", tmp_path / "native", tmp_path / "corpus", spec="160f", progress=False)
+    assert summary["failed_reasons"] == {"too_short": 1}
+
+
+def test_omniworld_split_pngs_metric_scale(tmp_path):
+    world = make_world(130, 24.0, 2)
+    native, out = tmp_path / "native", tmp_path / "corpus"
+    write_omniworld(native, "a1b2c3", world, first_frame=100, scale=3.5)
+    write_omniworld(native, "d4e5f6", make_world(130, 24.0, 2), first_frame=0, scale=None)
+    summary = ingest("omniworld", native, out, progress=False)
+    assert summary["failed_reasons"] == {"metric_scale_missing": 1}
+    check_windows(out, "omniworld", "a1b2c3_s0", world, src_fps=24.0, windows=1, frame_tol=8.0)
+    clip = read_clip(out / clip_id("omniworld", "a1b2c3_s0", 0, 122), load_video=False)
+    assert clip.provenance["native"]["global_frames"] == [100, 230]
+    assert [c["name"] for c in clip.provenance["conversions"]] == ["quaternion_w2c_to_c2w", "metric_scale", "resample_fps"]

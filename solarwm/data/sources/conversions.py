@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from solarwm.camera import conventions
-from solarwm.camera.intrinsics import focal_mm_to_pixels, normalized_to_pixels
+from solarwm.camera.intrinsics import focal_mm_to_pixels, normalized_to_pixels, resize_intrinsics
 from solarwm.data.sources.native import SourceDefect
 
 SPECS: dict[str, tuple[int, float]] = {"81f": (81, 16.0), "160f": (160, 16.0), "960f": (960, 16.0)}
@@ -115,6 +115,12 @@ def focal_mm_intrinsics(focal_mm: float, sensor_mm: float, width: int, height: i
     """A physical focal length on a sensor ``sensor_mm`` wide → pixel K ``[frames, 4]``, centred principal point."""
     f = float(focal_mm_to_pixels(focal_mm, sensor_mm, width))
     return np.tile([f, f, width / 2.0, height / 2.0], (frames, 1)).astype(np.float64)
+
+
+@conversion("resize_K", 1)
+def resize_K(K: Any, from_size: tuple[int, int], to_size: tuple[int, int]) -> np.ndarray:
+    """Pixel K of an image ``from_size`` (W, H) → pixel K of the same view at ``to_size`` (W, H)."""
+    return resize_intrinsics(np.asarray(K, dtype=np.float64), to_size[0] / from_size[0], to_size[1] / from_size[1])
 
 
 @dataclass(frozen=True)
