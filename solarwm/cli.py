@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 DATA_VERBS: dict[str, tuple[str, str]] = {
     "synth": ("solarwm.data.sources.synthetic:synth_command", "render procedural worlds as canonical clips"),
+    "ingest": ("solarwm.data.sources.ingest:ingest_command", "turn a source dataset (native layout) into canonical clips"),
     "inspect": ("solarwm.data.inspect:inspect_command", "validate clips or an index and print a JSON summary"),
     "annotate": ("solarwm.data.annotate.runner:annotate_command", "compute camera, visual, motion and caption metrics"),
     "select": ("solarwm.data.policy.cli:select_command", "sort clips into xhigh/high/rejected by a versioned policy"),
@@ -80,12 +81,16 @@ def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
 
     jsonargparse names options after the Python parameters (``--bad_fraction``), makes parameters
     without a default positional, and wants lists as ``'[a, b]'``; the documented commands use
-    ``--bad-fraction``, ``--corpus DIR`` and ``--stages vmaf cuts`` (or ``--stages vmaf,cuts``).
+    ``--bad-fraction``, ``--corpus DIR``, ``--stages vmaf cuts`` (or ``--stages vmaf,cuts``) and bare
+    boolean flags (``--list``).
     """
     args = [a.split("=", 1)[0].replace("-", "_").replace("__", "--", 1) + a[len(a.split("=", 1)[0]):]
             if a.startswith("--") else a for a in args]
     required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
     lists = _list_parameters(fn)
+    import typing
+
+    flags = {n for n, h in typing.get_type_hints(fn).items() if h is bool}
     given: dict[str, str] = {}
     rest: list[str] = []
     i = 0
@@ -100,6 +105,9 @@ def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
                 i += 1
             items = [v.strip() for chunk in values for v in chunk.strip("[]").split(",") if v.strip()]
             rest.append(f"--{key}={json.dumps(items)}")
+        elif key in flags and not eq and (i + 1 == len(args) or args[i + 1].lower() not in ("true", "false")):
+            rest.append(f"--{key}=true")  # a bare boolean flag (`--list`) means true
+            i += 1
         elif key in required and (eq or i + 1 < len(args)):
             given[key] = value if eq else args[i + 1]
             i += 1 if eq else 2

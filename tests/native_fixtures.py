@@ -251,3 +251,52 @@ def write_omniworld(root: Path, uid: str, world: World, first_frame: int, scale:
         csv.write_text("UID,Metric Scale,FPS,Resolution\n")
     with csv.open("a") as f:
         f.write(f"{uid},{'' if scale is None else repr(scale)},24,64x36\n")
+
+
+# ---------------------------------------------------------------- video-only sources
+
+
+def write_dl3dv(root: Path, video: bytes, hashes: list[str]) -> None:
+    """``1K/<hash>/video.mp4`` for each hash."""
+    for h in hashes:
+        (root / "1K" / h).mkdir(parents=True, exist_ok=True)
+        (root / "1K" / h / "video.mp4").write_bytes(video)
+
+
+def write_miradata(root: Path, video: bytes, ids: list[str]) -> None:
+    """``shards/shard-00000.tar`` with ``MiraData/clip_video/<id>.mp4`` and its ignored json."""
+    members = {}
+    for i in ids:
+        members[f"MiraData/clip_video/{i}.mp4"] = video
+        members[f"MiraData/clip_video/{i}.json"] = dumps({"dense_caption": "ignored"})
+    write_tar(root / "shards" / "shard-00000.tar", members)
+
+
+def write_spatialvid(root: Path, video: bytes, uuids: list[str]) -> None:
+    """``videos/group_0001.tar.gz`` with ``group_0001/<uuid>.mp4``."""
+    write_tar(root / "videos" / "group_0001.tar.gz", {f"group_0001/{u}.mp4": video for u in uuids}, "w:gz")
+
+
+def write_sekai_walking(root: Path, video: bytes, stems: list[str], hq: list[str]) -> None:
+    """``sekai-real-walking/sekai-real-walking_part000.tar`` with the stems, and the HQ csv listing ``hq``."""
+    write_tar(root / "sekai-real-walking" / "sekai-real-walking_part000.tar", {f"{s}.mp4": video for s in stems})
+    (root / "train").mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{s}.mp4,a long caption\n" for s in hq)
+    (root / "train" / "sekai-real-walking-hq.csv").write_text("videoFile,caption\n" + rows)
+
+
+def mind_actions(n: int) -> dict:
+    """MIND action.json rows 0..n-1."""
+    return {"data": [{"time": i, "ws": i % 3 - 1, "ad": (i // 2) % 3 - 1, "ud": 0, "lr": (i // 5) % 3 - 1,
+                      "actor_pos": {"x": 0.1 * i, "y": 0.0, "z": 1.0}, "actor_rpy": {"x": 0.0, "y": 0.0, "z": 0.01 * i}}
+                     for i in range(n)]}
+
+
+def write_mind(root: Path, video: bytes, n: int, items: dict[str, int | None]) -> None:
+    """``1st_data/train/<item>/{video.mp4, action.json}``; ``items`` maps folder → action rows (None: no file)."""
+    for name, rows in items.items():
+        d = root / "1st_data" / "train" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "video.mp4").write_bytes(video)
+        if rows is not None:
+            (d / "action.json").write_text(json.dumps(mind_actions(rows)))
