@@ -1,7 +1,7 @@
 """Video-only sources: windows, provenance, accounting and resume; the estimator path and its fail-closed default."""
 
 import json
-from pathlib import Path
+import pickle
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from native_fixtures import (
 from solarwm.cli import main
 from solarwm.data.accounting import account
 from solarwm.data.contract import clip_id, iter_clip_dirs, read_clip, read_meta
-from solarwm.data.sources.ingest import DEFAULT_ESTIMATOR, ingest
+from solarwm.data.sources.ingest import DEFAULT_ESTIMATOR, IngestConfig, get_source, ingest
 
 SRC_FPS, N = 30.0, 310
 
@@ -86,10 +86,13 @@ def test_mind_estimator_path_slices_actions_and_fails_bad_action_files(tmp_path)
         assert np.load(folder / "actor_pose.npy")[:, 0].tolist() == pytest.approx([actions[i]["actor_pos"]["x"] for i in idx])
 
 
-def test_cli_ingest_with_process_workers(tmp_path, capsys):
+def test_cli_ingest_forwards_the_executor(tmp_path, capsys):
     write_dl3dv(tmp_path / "native", world_mp4(N, SRC_FPS), ["c" * 64, "d" * 64])
+    cfg = IngestConfig("dl3dv", str(tmp_path / "native"), str(tmp_path / "corpus"), "160f")
+    item = get_source("dl3dv").list_items(tmp_path / "native")[0]
+    assert pickle.loads(pickle.dumps((cfg, item))) == (cfg, item)  # what a process/cluster executor ships
     args = ["data", "ingest", "--source", "dl3dv", "--root", str(tmp_path / "native"), "--out", str(tmp_path / "corpus"),
-            "--spec", "160f", "--workers", "2", "--executor", "process"]
+            "--spec", "160f", "--workers", "1", "--executor", "process"]
     assert main(args) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)

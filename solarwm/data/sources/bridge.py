@@ -76,7 +76,8 @@ def windowed_metric_scale(
         raise SourceDefect("metric_bridge_failed", f"{len(scales)} of {len(per_window)} windows fit (need {need})")
     med = float(np.median(scales))
     mad = float(np.median(np.abs(scales - med)))
-    kept = scales[np.abs(scales - med) <= 3.0 * 1.4826 * mad] if mad > 0 else scales
+    # MAD filter; when most windows agree exactly (MAD 0) the tolerance falls back to a relative epsilon.
+    kept = scales[np.abs(scales - med) <= max(3.0 * 1.4826 * mad, 1e-9 * med)]
     p10, p90 = np.percentile(kept, [10, 90])
     if p90 / p10 > cfg.max_spread:
         raise SourceDefect("metric_bridge_failed", f"window scales disagree: p90/p10 = {p90 / p10:.2f} > {cfg.max_spread}")
