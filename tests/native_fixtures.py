@@ -21,7 +21,6 @@ import numpy as np
 
 from solarwm.camera import trajectory as T
 from solarwm.camera.conventions import UNREAL_TO_OPENCV, c2w_to_w2c, rotation_to_quat
-from solarwm.camera.se3 import se3_inverse
 from solarwm.data.estimators import PoseEstimate, register
 from solarwm.data.sources.render import render_views
 from solarwm.data.sources.synthetic import make_scene
