@@ -116,6 +116,26 @@ def load_adapter(directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
     return route_class(meta["route"]).load_adapter(directory, **kwargs)
 
 
+#: Standard deviation of the latents the ``x0_skip`` preconditioning assumes (pixels in [-1, 1] through the
+#: lossless patchify codec: about 0.5).
+X0_SKIP_SIGMA_DATA = 0.5
+
+
+def x0_skip_velocity(out: torch.Tensor, x_t: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """Velocity ``(x_t - x̂0)/σ`` for ``x̂0 = c_skip·x_t + c_out·out`` (EDM preconditioning on ``x_t = (1-σ)x0 + σε``).
+
+    ``c_skip = (1-σ)σ_d²/D`` and ``c_out = σσ_d/√D`` with ``D = (1-σ)²σ_d² + σ²`` (Karras et al. 2022, eq. 7,
+    for this interpolation): at σ → 0 the estimate is ``x_t`` itself, so a small network no longer has to learn
+    the identity (an x0-only head leaves token-sized errors in the last sampling steps: mosaic frames), and at
+    σ = 1 it is ``σ_d·out``. Written without dividing by σ, so it is exact at σ = 0 (anchor frames).
+    ``sigma`` broadcasts to ``x_t``.
+    """
+    sd2 = X0_SKIP_SIGMA_DATA**2
+    keep = 1.0 - sigma
+    d = keep**2 * sd2 + sigma**2
+    return (sigma - keep * sd2) / d * x_t - (X0_SKIP_SIGMA_DATA / d.sqrt()) * out
+
+
 class BackboneAdapter(torch.nn.Module, abc.ABC):
     """Abstract adapter around one route's diffusers transformer + codec (see module docstring).
 
@@ -387,6 +407,8 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
             # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
             sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
             out = (x_t - out) / sigma
+        elif self.config.prediction == "x0_skip":
+            out = x0_skip_velocity(out, x_t, sigma_per_frame.to(x_t.dtype)[:, None, :, None, None])
         return out
 
     def _cached_call(

@@ -210,7 +210,7 @@ class LTX25Config:
     shift: float = 3.0
     #: ``velocity``: LTX's native output (pretrained weights); ``x0``: the network predicts x0 and the
     #: adapter returns the velocity (x_t - x0)/sigma (tiny configs whose tokens are wider than the model).
-    prediction: Literal["velocity", "x0"] = "velocity"
+    prediction: Literal["velocity", "x0", "x0_skip"] = "velocity"
     #: ``(start, stop)`` head dims that get PRoPE; ``None`` = all dims of every head.
     camera_head_dims: tuple[int, int] | None = None
 

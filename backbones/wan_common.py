@@ -64,7 +64,9 @@ class WanRouteConfig:
     #: (x_t − x̂₀)/σ, so the loss stays the native flow target. With tokens wider than the hidden
     #: size (a tiny route) a network cannot carry the noise through to predict ε − x₀, but it
     #: can predict x₀ (Li & He 2025, "Back to Basics: Let Denoising Generative Models Denoise").
-    prediction: Literal["velocity", "x0"] = "velocity"
+    #: ``x0_skip``: x₀ with EDM's skip connection (``backbones.base.x0_skip_velocity``): at small σ the
+    #: estimate is x_t itself, so the network need not learn the identity.
+    prediction: Literal["velocity", "x0", "x0_skip"] = "velocity"
     #: ``(start, stop)`` head dims that get PRoPE; ``None`` = all dims of every head.
     camera_head_dims: tuple[int, int] | None = None
 

@@ -155,6 +155,24 @@ def test_x0_prediction_returns_the_native_velocity(adapter, monkeypatch):
     torch.testing.assert_close(v[:, :, 1:], (noise - x0)[:, :, 1:], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("sigma", [0.02, 0.3, 0.6, 1.0])
+def test_x0_skip_prediction_returns_the_native_velocity(adapter, monkeypatch, sigma):
+    """``x0_skip``: a network whose output makes c_skip·x_t + c_out·out the clean latent yields eps - x0 at every σ."""
+    from solarwm.backbones.base import X0_SKIP_SIGMA_DATA as sd
+
+    batch = make_batch()
+    x0, noise, x_t, sigma_pf = noisy(adapter, batch, sigma=sigma)
+    cond = adapter.prepare_conditions(batch)
+    d = (1 - sigma) ** 2 * sd**2 + sigma**2
+    c_skip, c_out = (1 - sigma) * sd**2 / d, sigma * sd / d**0.5
+    out = (x0 - c_skip * x_t) / c_out
+    monkeypatch.setattr(adapter.config, "prediction", "x0_skip")
+    monkeypatch.setattr(adapter.transformer, "forward", lambda **kwargs: (out,))
+    v = adapter(x_t, sigma_pf, cond)
+    torch.testing.assert_close(v[:, :, 1:], (noise - x0)[:, :, 1:], atol=1e-4, rtol=1e-4)
+    assert torch.isfinite(v[:, :, :1]).all()  # the anchor (σ = 0): no division by σ
+
+
 def test_bare_transformer_call_without_cameras_is_an_error(adapter):
     x = torch.zeros(1, 48, 1, 16, 16)
     with pytest.raises(AdapterError, match="camera condition missing"):
