@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
 from solarwm.camera.intrinsics import crop_intrinsics, resize_intrinsics
+from solarwm.data.latents import is_view_row, load_view_row
 
 
 class WindowError(ValueError):
@@ -147,9 +148,19 @@ class ClipWindowDataset(Dataset):
         return item["frames"], item["c2w"], item["K"], item["caption"]
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id."""
+        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id.
+
+        A latent-view row gives ``latents`` [C,f,h,w], ``text_embeds`` [L,D] and ``text_mask`` [L] instead of
+        ``video`` (`solarwm.data.latents.load_view_row`).
+        """
         occurrence, epoch = (key, 0) if isinstance(key, (int, np.integer)) else key
         row = self.rows[int(self.occurrence_row[occurrence])]
+        if is_view_row(row.index_row):  # a latent view: the window is already cut, resized and encoded
+            if self._reader is None:
+                from solarwm.data.index import ShardReader
+
+                self._reader = ShardReader()
+            return load_view_row(row.index_row, self.release_root, self._reader)
         start = self._start(row, int(occurrence), int(epoch))
         frames, c2w, K, caption = self._load(row)
         idx = start + self.frame_stride * np.arange(self.num_frames)
