@@ -80,10 +80,11 @@ def resize_crop(
     """
     _, _, h, w = frames.shape
     new_w, new_h, left, top = cover_crop_geometry(w, h, width, height)
-    x = frames.float()
-    if (new_w, new_h) != (w, h):
-        x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True)
-    x = x[:, :, top : top + height, left : left + width]
+    if (new_w, new_h) == (w, h):  # crop only: cut before converting, so only the kept pixels become floats
+        x = frames[:, :, top : top + height, left : left + width].float()
+    else:
+        x = F.interpolate(frames.float(), size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True)
+        x = x[:, :, top : top + height, left : left + width]
     return x, fit_intrinsics(K, w, h, width, height)
 
 
@@ -168,7 +169,8 @@ class ClipWindowDataset(Dataset):
             raise WindowError(row.sample_id, "window", f"frame {idx[-1]} >= {len(frames)} decoded frames")
         window = torch.from_numpy(np.ascontiguousarray(frames[idx])).permute(0, 3, 1, 2)  # [F,3,H,W]
         video, K_out = resize_crop(window, K[idx], self.width, self.height)
-        video = (video / 127.5 - 1.0).clamp(-1.0, 1.0).permute(1, 0, 2, 3).contiguous()  # [3,F,H,W]
+        # one copy into [3,F,H,W], then in place: the same values as (video / 127.5 - 1).clamp(-1, 1)
+        video = video.permute(1, 0, 2, 3).contiguous().div_(127.5).sub_(1.0).clamp_(-1.0, 1.0)
         return {
             "video": video,
             "c2w": torch.as_tensor(c2w[idx], dtype=torch.float32),
