@@ -17,6 +17,8 @@ Crash safety: a shard is written as ``<name>.tar.partial`` and renamed when clos
 partition journal is rewritten atomically. Clips are packed in a deterministic order (sorted
 by clip id), so a rerun deletes stray partial/unjournaled shards and continues after the
 last journaled shard: nothing is duplicated or lost, and a finished release reruns as a no-op.
+Each (owner, partition) is one task of `solarwm.data.executor.map_tasks` (``--executor process|ray``);
+partitions share no file, so they run in parallel and the release is the same bytes on any executor.
 """
 
 from __future__ import annotations
