@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
 from solarwm.camera.intrinsics import crop_intrinsics, resize_intrinsics
+from solarwm.data.latents import is_view_row, load_view_row
 
 
 class WindowError(ValueError):
@@ -79,10 +80,11 @@ def resize_crop(
     """
     _, _, h, w = frames.shape
     new_w, new_h, left, top = cover_crop_geometry(w, h, width, height)
-    x = frames.float()
-    if (new_w, new_h) != (w, h):
-        x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True)
-    x = x[:, :, top : top + height, left : left + width]
+    if (new_w, new_h) == (w, h):  # crop only: cut before converting, so only the kept pixels become floats
+        x = frames[:, :, top : top + height, left : left + width].float()
+    else:
+        x = F.interpolate(frames.float(), size=(new_h, new_w), mode="bilinear", align_corners=False, antialias=True)
+        x = x[:, :, top : top + height, left : left + width]
     return x, fit_intrinsics(K, w, h, width, height)
 
 
@@ -147,9 +149,19 @@ class ClipWindowDataset(Dataset):
         return item["frames"], item["c2w"], item["K"], item["caption"]
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id."""
+        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id.
+
+        A latent-view row gives ``latents`` [C,f,h,w], ``text_embeds`` [L,D] and ``text_mask`` [L] instead of
+        ``video`` (`solarwm.data.latents.load_view_row`).
+        """
         occurrence, epoch = (key, 0) if isinstance(key, (int, np.integer)) else key
         row = self.rows[int(self.occurrence_row[occurrence])]
+        if is_view_row(row.index_row):  # a latent view: the window is already cut, resized and encoded
+            if self._reader is None:
+                from solarwm.data.index import ShardReader
+
+                self._reader = ShardReader()
+            return load_view_row(row.index_row, self.release_root, self._reader)
         start = self._start(row, int(occurrence), int(epoch))
         frames, c2w, K, caption = self._load(row)
         idx = start + self.frame_stride * np.arange(self.num_frames)
@@ -157,7 +169,8 @@ class ClipWindowDataset(Dataset):
             raise WindowError(row.sample_id, "window", f"frame {idx[-1]} >= {len(frames)} decoded frames")
         window = torch.from_numpy(np.ascontiguousarray(frames[idx])).permute(0, 3, 1, 2)  # [F,3,H,W]
         video, K_out = resize_crop(window, K[idx], self.width, self.height)
-        video = (video / 127.5 - 1.0).clamp(-1.0, 1.0).permute(1, 0, 2, 3).contiguous()  # [3,F,H,W]
+        # one copy into [3,F,H,W], then in place: the same values as (video / 127.5 - 1).clamp(-1, 1)
+        video = video.permute(1, 0, 2, 3).contiguous().div_(127.5).sub_(1.0).clamp_(-1.0, 1.0)
         return {
             "video": video,
             "c2w": torch.as_tensor(c2w[idx], dtype=torch.float32),

@@ -10,6 +10,12 @@ Two sources of rows, one pipeline (`datamodules.clips`):
 * recipe mode (``train_index`` [+ ``test_index``]): the rows of a recipe index
   (`solarwm.data.index.read_index`), each with its ``epoch_repeats`` and fixed
   ``start_frame``; ``test_index`` is the validation split.
+* view mode (``latent_view`` [+ ``test_index``]): a latent-cache view of a recipe
+  (`solarwm data latents`, `solarwm.data.latents`): batches carry ``latents``,
+  ``text_embeds`` and ``text_mask`` instead of ``video``, so the stage skips ``encode``.
+  The view must have this datamodule's window geometry, and the model's route and codec
+  (checked at setup and by the stage); ``test_index`` (raw, under ``release_root``) stays
+  the validation split.
 """
 
 from __future__ import annotations
@@ -54,15 +60,19 @@ class WorldDataModule(pl.LightningDataModule):
         train_index: str | None = None,
         test_index: str | None = None,
         release_root: str | None = None,
+        latent_view: str | None = None,
         frame_stride: int = 1,
         seed: int = 0,
         shuffle: bool = True,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        if (corpus_dir is None) == (train_index is None):
-            raise ValueError("WorldDataModule: give exactly one of corpus_dir (corpus mode) or train_index (recipe mode)")
-        if train_index is not None and release_root is None:
+        if sum(x is not None for x in (corpus_dir, train_index, latent_view)) != 1:
+            raise ValueError(
+                "WorldDataModule: give exactly one of corpus_dir (corpus mode), train_index (recipe mode) "
+                "or latent_view (view mode)"
+            )
+        if (train_index is not None or test_index is not None) and release_root is None:
             raise ValueError("WorldDataModule: recipe mode needs release_root (the folder the index's shards live in)")
         if min(num_frames, width, height, batch_size, frame_stride) < 1:
             raise ValueError("WorldDataModule: num_frames, width, height, batch_size, frame_stride must be >= 1")
@@ -70,6 +80,8 @@ class WorldDataModule(pl.LightningDataModule):
         self.batch_size, self.frame_stride, self.seed = batch_size, frame_stride, seed
         self.corpus_dir, self.tiers, self.num_val_clips, self.synth = corpus_dir, tiers, num_val_clips, synth
         self.train_index, self.test_index, self.release_root = train_index, test_index, release_root
+        self.latent_view = latent_view
+        self.view_meta: dict | None = None  # view.json of the latent view (view mode)
         self.shuffle, self.num_workers = shuffle, num_workers
         self.train_dataset: ClipWindowDataset | None = None
         self.val_dataset: ClipWindowDataset | None = None
@@ -148,6 +160,9 @@ class WorldDataModule(pl.LightningDataModule):
         if self.corpus_dir is not None:
             self.prepare_data()  # no-op when it exists; covers use without a Trainer
             train, val = self._corpus_rows()
+        elif self.latent_view is not None:
+            train = self._view_rows()
+            val = self._index_rows(self.test_index, repeats=False) if self.test_index else []
         else:
             train = self._index_rows(self.train_index, repeats=True)
             val = self._index_rows(self.test_index, repeats=False) if self.test_index else []
@@ -159,13 +174,39 @@ class WorldDataModule(pl.LightningDataModule):
             num_frames=self.num_frames, width=self.width, height=self.height,
             frame_stride=self.frame_stride, seed=self.seed, release_root=self.release_root,
         )
-        self.train_dataset = ClipWindowDataset(train, random_start=True, **common)
+        train_common = dict(common, release_root=self.latent_view) if self.latent_view is not None else common
+        self.train_dataset = ClipWindowDataset(train, random_start=True, **train_common)
         self.val_dataset = ClipWindowDataset(val, random_start=False, **common)
+
+    def _view_rows(self) -> list[Row]:
+        """The rows of the latent view, after checking its window geometry against this datamodule's."""
+        from solarwm.data.latents import LatentViewError, read_view
+
+        self.view_meta, rows = read_view(self.latent_view)
+        mine = {"num_frames": self.num_frames, "width": self.width, "height": self.height, "frame_stride": self.frame_stride}
+        theirs = {k: self.view_meta.get(k) for k in mine}
+        if theirs != mine:
+            raise LatentViewError(f"latent view {self.latent_view} has windows {theirs}; this datamodule asks for {mine}")
+        self._check_view_codec()
+        return [Row(sample_id=r["sample_id"], num_frames=self.num_frames, epoch_repeats=int(r.get("epoch_repeats", 1)),
+                    start_frame=0, index_row=r) for r in rows]
+
+    def _adapter(self):
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        return getattr(module, "adapter", None)
+
+    def _check_view_codec(self) -> None:
+        """Refuse a view made for another route or codec than the trainer's model (before the first step)."""
+        adapter = self._adapter()
+        if adapter is not None and self.view_meta is not None:
+            from solarwm.data.latents import check_view_codec, view_tag
+
+            tag = view_tag(self.view_meta["route"], self.view_meta["codec_hash"])
+            check_view_codec(tag, adapter, where=f"latent view {self.latent_view}")
 
     def _check_route_geometry(self) -> None:
         """Fail early when the window does not fit the route's frame geometry (Wan: 4n+1)."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        adapter = getattr(module, "adapter", None)
+        adapter = self._adapter()
         if adapter is not None and not adapter.valid_num_frames(self.num_frames):
             raise ValueError(f"WorldDataModule: num_frames={self.num_frames} is not valid for {type(adapter).__name__}")
 

@@ -30,6 +30,7 @@ DATA_VERBS: dict[str, tuple[str, str]] = {
     "select": ("solarwm.data.policy.cli:select_command", "sort clips into xhigh/high/rejected by a versioned policy"),
     "pack": ("solarwm.data.release:pack_command", "write the raw-wds release (WebDataset shards + index)"),
     "recipe": ("solarwm.data.recipe:recipe_command", "build train/test recipe indices from a release"),
+    "latents": ("solarwm.data.latents:latents_command", "encode a recipe's windows once: the latent-cache model view"),
     "report": ("solarwm.data.report:report_command", "figures and an HTML page of a corpus or release"),
 }
 CAMERA_VERBS: dict[str, tuple[str, str]] = {

@@ -17,6 +17,8 @@ Crash safety: a shard is written as ``<name>.tar.partial`` and renamed when clos
 partition journal is rewritten atomically. Clips are packed in a deterministic order (sorted
 by clip id), so a rerun deletes stray partial/unjournaled shards and continues after the
 last journaled shard: nothing is duplicated or lost, and a finished release reruns as a no-op.
+Each (owner, partition) is one task of `solarwm.data.executor.map_tasks` (``--executor process|ray``);
+partitions share no file, so they run in parallel and the release is the same bytes on any executor.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from webdataset import TarWriter
 
 from solarwm.data.accounting import account, outcome
 from solarwm.data.contract import iter_clip_dirs, read_clip, read_meta
+from solarwm.data.executor import map_tasks
 from solarwm.data.index import read_rows, write_rows
 
 # selection.tier -> physical partition
@@ -232,6 +235,17 @@ def _pack_partition(out: Path, owner: str, partition: str, clips: list[tuple[Pat
     return written
 
 
+def _pack_task(task: tuple[str, str, str, list[tuple[Path, dict, str]], list[dict], int, int]) -> dict[str, Any]:
+    """``_pack_partition`` on one ``(out, owner, partition, clips, shards, max_bytes, max_samples)`` tuple.
+
+    Returns ``{"written": samples, "shards": the partition's journaled shards}`` (the executor's record).
+    """
+    out, owner, partition, clips, shards, shard_max_bytes, shard_max_samples = task
+    shards = list(shards)
+    written = _pack_partition(Path(out), owner, partition, clips, shards, shard_max_bytes, shard_max_samples)
+    return {"written": written, "shards": shards}
+
+
 def _plan(corpus: Path) -> tuple[dict[tuple[str, str], list[tuple[Path, dict, str]]], list[dict], Counter]:
     """Group packable clips by (owner, partition) in clip-id order; list the clips not packed."""
     groups: dict[tuple[str, str], list[tuple[Path, dict, str]]] = defaultdict(list)
@@ -260,7 +274,10 @@ def _plan(corpus: Path) -> tuple[dict[tuple[str, str], list[tuple[Path, dict, st
     return dict(sorted(groups.items())), not_packed, outcomes
 
 
-def pack_command(corpus: str, out: str, shard_max_bytes: int = 256 * 2**20, shard_max_samples: int = 1000) -> int:
+def pack_command(
+    corpus: str, out: str, shard_max_bytes: int = 256 * 2**20, shard_max_samples: int = 1000,
+    workers: int = 1, executor: str = "process", ray_address: str | None = None,
+) -> int:
     """Pack a selected corpus into the raw-wds release (tier partitions, index, summary); resumable.
 
     Args:
@@ -268,6 +285,9 @@ def pack_command(corpus: str, out: str, shard_max_bytes: int = 256 * 2**20, shar
         out: release root; `raw-wds/` is written below it.
         shard_max_bytes: close a shard before it would exceed this size (a larger sample gets its own shard).
         shard_max_samples: at most this many samples per shard.
+        workers: partitions packed in parallel (Ray: CPUs of the local Ray); 1 runs in-process.
+        executor: where the per-partition tasks run: process (local pool) or ray.
+        ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
     """
     if shard_max_samples < 1 or shard_max_bytes < 1:
         raise ReleaseError("shard_max_samples and shard_max_bytes must be >= 1")
@@ -290,12 +310,24 @@ def pack_command(corpus: str, out: str, shard_max_bytes: int = 256 * 2**20, shar
                         f"puts it in {current.get(row['sample_id'])}; pack into a fresh folder"
                     )
 
+    # One task per (owner, partition): each writes only its own shards and journal, so partitions
+    # run in parallel on any executor while each one packs its clips in order (byte-identical shards).
     written, removed = 0, []
+    tasks = []
     for (owner, partition), clips in groups.items():
         shards = journals.get((owner, partition), [])
         removed += _clean_partition(out_path, owner, partition, shards)
-        written += _pack_partition(out_path, owner, partition, clips, shards, shard_max_bytes, shard_max_samples)
-        journals[(owner, partition)] = shards
+        tasks.append((str(out_path), owner, partition, clips, shards, shard_max_bytes, shard_max_samples))
+    errors = []
+    for i, result in map_tasks(_pack_task, tasks, executor, workers, desc="pack", unit="partition", ray_address=ray_address):
+        if isinstance(result, BaseException):
+            errors.append(result)
+            continue
+        _, owner, partition = tasks[i][:3]
+        journals[(owner, partition)] = result["shards"]
+        written += result["written"]
+    if errors:  # the other partitions are journaled; a rerun resumes the failed ones
+        raise errors[0]
 
     rows = [row for grp in sorted(journals) for s in journals[grp] for row in s["rows"]]
     index_path = out_path / INDEX_PATH

@@ -39,9 +39,10 @@ def rgb_to_yuv420p(frame: np.ndarray) -> np.ndarray:
 class _H264Stream:
     """The one encoder path: uint8 RGB chunks → H.264 yuv420p packets muxed into ``container``.
 
-    Deterministic output: fixed x264 options, one thread (frame threading reorders bits) and
-    the numpy colour conversion of `rgb_to_yuv420p` (one known gap: at some small frame sizes
-    with motion, e.g. 64x48, libx264's asm mb-tree path gives run-to-run different bytes).
+    Deterministic output: fixed x264 options, one thread (frame threading reorders bits),
+    mb-tree off (libx264's asm mb-tree path gave run-to-run different bytes for the same frames
+    at small sizes, e.g. 64x64 and 48x32, so two executors could not produce the same corpus)
+    and the numpy colour conversion of `rgb_to_yuv420p`.
     Each frame is converted, encoded and muxed as it arrives, so memory does not grow with
     the number of frames.
     """
@@ -65,7 +66,7 @@ class _H264Stream:
             self.stream = self.container.add_stream("libx264", rate=Fraction(self.fps).limit_denominator(1001))
             self.stream.width, self.stream.height = width, height
             self.stream.pix_fmt = "yuv420p"
-            self.stream.options = {"crf": str(self.crf), "preset": "medium", "threads": "1"}
+            self.stream.options = {"crf": str(self.crf), "preset": "medium", "threads": "1", "x264-params": "mbtree=0"}
             self.stream.codec_context.thread_count = 1
         elif (width, height) != (self.stream.width, self.stream.height):
             raise VideoError(

@@ -78,8 +78,16 @@ class StageModule(pl.LightningModule):
         self.scheduler_factory = lr_scheduler
 
     def latents(self, batch: dict[str, Any]) -> torch.Tensor:
-        """Clean latents ``[B, C, f, h, w]``: ``batch["latents"]`` if cached, else ``adapter.encode(video)``."""
+        """Clean latents ``[B, C, f, h, w]``: ``batch["latents"]`` if cached, else ``adapter.encode(video)``.
+
+        Latents from a latent view carry ``view_codec`` (``route:codec_hash``); a view made for another
+        route or codec is refused (`solarwm.data.latents.LatentViewError`) instead of trained on.
+        """
         if "latents" in batch:
+            if "view_codec" in batch:
+                from solarwm.data.latents import check_view_codec
+
+                check_view_codec(batch["view_codec"], self.adapter)
             return batch["latents"].float()
         with torch.no_grad():
             return self.adapter.encode(batch["video"]).float()

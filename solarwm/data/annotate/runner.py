@@ -107,12 +107,16 @@ def _annotate_task(task: tuple[str, list[str], AnnotateConfig]) -> ClipResult:
     return annotate_clip(*task)
 
 
-def run_annotate(corpus: str | Path, stages: list[str], config: AnnotateConfig, workers: int = 1) -> list[ClipResult]:
-    """Annotate every clip of ``corpus`` with a tqdm progress bar; ``workers`` processes (1 = in-process)."""
+def run_annotate(
+    corpus: str | Path, stages: list[str], config: AnnotateConfig, workers: int = 1,
+    executor: str = "process", ray_address: str | None = None,
+) -> list[ClipResult]:
+    """Annotate every clip of ``corpus`` with a tqdm progress bar on ``executor`` (see `map_tasks`)."""
     config.check(stages)
     dirs = [str(d) for d in iter_clip_dirs(corpus)]
     results: list[ClipResult] = []
-    for i, outcome in map_tasks(_annotate_task, [(d, stages, config) for d in dirs], workers=workers, desc="annotate"):
+    tasks = [(d, stages, config) for d in dirs]
+    for i, outcome in map_tasks(_annotate_task, tasks, executor, workers, desc="annotate", ray_address=ray_address):
         if isinstance(outcome, BaseException):  # a crashed worker loses only its clip's unfinished stages
             name = Path(dirs[i]).name
             outcome = ClipResult(name, {s: "failed" for s in stages}, {s: f"worker: {outcome!r}" for s in stages})
@@ -156,6 +160,8 @@ def annotate_command(
     dover_checkpoint: str | None = None,
     dover_options: str | None = None,
     device: str = "cpu",
+    executor: str = "process",
+    ray_address: str | None = None,
 ) -> int:
     """Annotate a corpus of canonical clips with metric, camera and caption stages (paper §5.2, §5.4).
 
@@ -163,7 +169,7 @@ def annotate_command(
         corpus: corpus folder of clip folders.
         stages: stages to run (camera, saturation, vmaf, cuts, flow, dover, vlm); default: every stage
             runnable with this configuration (dover with DOVER weights, vlm with an endpoint).
-        workers: worker processes; 1 runs in-process.
+        workers: worker processes (Ray: CPUs of the local Ray); 1 runs in-process with the process executor.
         vlm_endpoint: OpenAI-compatible base URL (POST {endpoint}/chat/completions).
         vlm_model: model name sent to the endpoint.
         vlm_api_key_env: environment variable holding the API key (the key is never written anywhere).
@@ -172,6 +178,8 @@ def annotate_command(
         dover_checkpoint: local DOVER weights (DOVER.pth); enables the dover stage.
         dover_options: DOVER's option file (dover.yml), required with dover_checkpoint.
         device: torch device for the model stages.
+        executor: where the per-clip tasks run: process (local pool) or ray.
+        ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
     """
     vlm = VLMConfig(vlm_endpoint, vlm_model or "", vlm_api_key_env, vlm_max_retries) if vlm_endpoint else None
     config = AnnotateConfig(vlm, unimatch_checkpoint, dover_checkpoint, dover_options, device)
@@ -179,7 +187,7 @@ def annotate_command(
     if chosen is None:
         chosen = list(DEFAULT_STAGES) + (["dover"] if dover_checkpoint else []) + (["vlm"] if vlm else [])
     try:
-        results = run_annotate(corpus, chosen, config, workers)
+        results = run_annotate(corpus, chosen, config, workers, executor, ray_address)
     except (AnnotateConfigError, FileNotFoundError) as e:
         print(json.dumps({"command": "annotate", "error": str(e)}))
         return 2

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 
 from solarwm.camera import trajectory as T
 from solarwm.cli import parse_size
+from solarwm.data.executor import map_tasks
 from solarwm.data.sources.render import RENDERER_VERSION, Material, Scene, render_views
 
 OWNER = "synthetic"
@@ -397,8 +397,9 @@ def _synth_one(args: tuple[SynthSpec, int, str | None, str]) -> dict[str, Any]:
 def synth_corpus(
     out: str | Path, clips: int = 16, frames: int = 33, width: int = 64, height: int = 64,
     fps: float = 16.0, seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
+    executor: str = "process", ray_address: str | None = None,
 ) -> dict[str, Any]:
-    """Render ``clips`` canonical clips of owner ``synthetic`` into ``out``; returns a summary dict."""
+    """Render ``clips`` canonical clips of owner ``synthetic`` into ``out`` on ``executor``; returns a summary dict."""
     if clips < 0 or frames < 2:
         raise ValueError(f"need clips >= 0 and frames >= 2, got clips={clips}, frames={frames}")
     if width % 2 or height % 2 or width < 2 or height < 2:
@@ -408,11 +409,11 @@ def synth_corpus(
     Path(out).mkdir(parents=True, exist_ok=True)
     jobs = [(spec, i, defects.get(i), str(out)) for i in range(clips)]
     t0 = time.perf_counter()
-    if workers > 1 and clips > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            records = list(pool.map(_synth_one, jobs, chunksize=max(1, clips // (4 * workers))))
-    else:
-        records = [_synth_one(job) for job in jobs]
+    records = []
+    for _, outcome in map_tasks(_synth_one, jobs, executor, workers, ray_address=ray_address):
+        if isinstance(outcome, BaseException):  # rendering is deterministic code: a failure is a bug
+            raise outcome
+        records.append(outcome)
     wall = time.perf_counter() - t0
     written = [r for r in records if r["status"] == "written"]
     defect_counts: dict[str, int] = {}
@@ -432,6 +433,7 @@ def synth_corpus(
 def synth_command(
     out: str, clips: int = 16, frames: int = 33, size: str = "64x64", fps: float = 16.0,
     seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
+    executor: str = "process", ray_address: str | None = None,
 ) -> int:
     """Render procedurally generated worlds with exact metric cameras as canonical clips.
 
@@ -443,9 +445,11 @@ def synth_command(
         fps: frame rate written to the videos.
         seed: world seed; the same seed gives the same clips.
         bad_fraction: fraction of deliberately broken clips (label in ``provenance.defect``).
-        workers: parallel worker processes.
+        workers: parallel worker processes (Ray: CPUs of the local Ray).
+        executor: where the per-clip tasks run: process (local pool) or ray.
+        ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
     """
     width, height = parse_size(size)
-    summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers)
+    summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers, executor, ray_address)
     print(json.dumps(summary, sort_keys=True))
     return 0
