@@ -147,7 +147,12 @@ class ClipWindowDataset(Dataset):
         return item["frames"], item["c2w"], item["K"], item["caption"]
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id."""
+        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id, sample_index.
+
+        ``sample_index`` = ``epoch * len(self) + occurrence``: the sample's logical index in the training
+        stream. Stages seed each sample's noise and timesteps by it, so that a step draws the same
+        randomness however the global batch is split over ranks (`solarwm.stages.objectives.SampleRNG`).
+        """
         occurrence, epoch = (key, 0) if isinstance(key, (int, np.integer)) else key
         row = self.rows[int(self.occurrence_row[occurrence])]
         start = self._start(row, int(occurrence), int(epoch))
@@ -164,6 +169,7 @@ class ClipWindowDataset(Dataset):
             "K": torch.as_tensor(K_out, dtype=torch.float32),
             "caption": caption,
             "sample_id": row.sample_id,
+            "sample_index": int(epoch) * len(self) + int(occurrence),
         }
 
 

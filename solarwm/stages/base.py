@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from solarwm.backbones.base import BackboneAdapter
+from solarwm.stages.objectives import SampleRNG
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -76,6 +77,7 @@ class StageModule(pl.LightningModule):
             self.adapter = adapter
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
+        self._run_seed: int | None = None
 
     def latents(self, batch: dict[str, Any]) -> torch.Tensor:
         """Clean latents ``[B, C, f, h, w]``: ``batch["latents"]`` if cached, else ``adapter.encode(video)``."""
@@ -83,6 +85,30 @@ class StageModule(pl.LightningModule):
             return batch["latents"].float()
         with torch.no_grad():
             return self.adapter.encode(batch["video"]).float()
+
+    def sample_index(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The samples' logical indices ``[B]`` (``batch["sample_index"]``); a hand-built batch without them
+        gets fresh random keys from the global RNG."""
+        if "sample_index" in batch:
+            return torch.as_tensor(batch["sample_index"], dtype=torch.long).reshape(-1)
+        size = self.batch_size_of(batch)
+        if size is None:
+            size = (batch["latents"] if "latents" in batch else batch["video"]).shape[0]
+        return torch.randint(0, 2**62, (size,))
+
+    def sample_rng(self, batch: dict[str, Any], salt: int = 0) -> SampleRNG:
+        """Per-sample random streams of ``batch``, keyed by its ``sample_index`` and the run's seed.
+
+        The run's seed is ``torch.initial_seed()`` when fit started (``seed_everything``, the same on every
+        rank), so a different seed draws different noise while a 1-process and an N-process run of one seed
+        draw the same noise for each sample.
+        """
+        run_seed = self._run_seed if self._run_seed is not None else torch.initial_seed()
+        return SampleRNG(self.sample_index(batch), salt=run_seed * 1_000_003 + salt, device=self.device)
+
+    def on_fit_start(self) -> None:
+        """Remember the run's seed (``seed_everything``) for ``sample_rng``."""
+        self._run_seed = torch.initial_seed()
 
     def check_finite(self, loss: torch.Tensor, batch: dict[str, Any], batch_idx: int) -> None:
         """Stop training with ``NonFiniteLossError`` naming the step and the samples when ``loss`` is NaN/inf."""
