@@ -129,6 +129,9 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
 
     #: Route name as in ``ROUTES`` and in ``adapter.json``.
     route: ClassVar[str] = ""
+    #: ``"module:Class"`` of the transformer's repeated block: the FSDP wrap and activation-checkpointing
+    #: unit (`solarwm.strategies.RouteFSDPStrategy`).
+    transformer_block: ClassVar[str] = ""
     #: Dataclass type of the route config; must be JSON-serialisable through ``dataclasses.asdict``.
     config_class: ClassVar[type]
 

@@ -38,11 +38,12 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
-def _overlay(root: Path, corpus: Path, devices: int, model: dict | None = None) -> Path:
-    """The tiny recipe cut to ``STEPS`` steps, no callbacks, a CSV log of every step, ``GLOBAL_BATCH / devices`` per rank."""
+def _overlay(root: Path, corpus: Path, devices: int, model: dict | None = None, strategy: str = "ddp",
+             steps: int = STEPS) -> Path:
+    """The tiny recipe cut to ``steps`` steps, no callbacks, a CSV log of every step, ``GLOBAL_BATCH / devices`` per rank."""
     doc = {
         "trainer": {
-            "devices": devices, "strategy": "ddp" if devices > 1 else "auto", "max_steps": STEPS,
+            "devices": devices, "strategy": strategy if devices > 1 else "auto", "max_steps": steps,
             "val_check_interval": None, "limit_val_batches": 0, "log_every_n_steps": 1, "enable_progress_bar": False,
             "enable_checkpointing": False, "enable_model_summary": False, "default_root_dir": str(root), "callbacks": [],
             "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(root), "name": "csv"}},
@@ -64,16 +65,16 @@ def _losses(root: Path, key: str) -> dict[int, float]:
         return {int(r["step"]): float(r[key]) for r in csv.DictReader(f) if r.get(key)}
 
 
-def _fit_both(tmp_path: Path, corpus: Path, recipe: str, key: str, model: dict | None = None) -> tuple[dict, dict]:
+def _fit_both(tmp_path: Path, corpus: Path, recipe: str, key: str, **overlay) -> tuple[dict, dict]:
     """The recipe on 1 process (in this process) and on 2 DDP processes (the CLI in a subprocess)."""
     one = tmp_path / "one"
-    assert main(["fit", "--config", str(RECIPES / recipe), "--config", str(_overlay(one, corpus, 1, model))]) == 0
+    assert main(["fit", "--config", str(RECIPES / recipe), "--config", str(_overlay(one, corpus, 1, **overlay))]) == 0
     two = tmp_path / "two"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
         [sys.executable, "-m", "solarwm.cli", "fit", "--config", str(RECIPES / recipe),
-         "--config", str(_overlay(two, corpus, 2, model))],
+         "--config", str(_overlay(two, corpus, 2, **overlay))],
         capture_output=True, text=True, timeout=600, env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -92,3 +93,27 @@ def test_stage1_bidirectional_ddp_equals_one_process(tmp_path, corpus) -> None:
     _assert_same(single, ddp, range(STEPS))
     # Not trivially equal: the loss moves from step to step.
     assert len({round(v, 4) for v in single.values()}) == STEPS
+
+
+def test_stage2_tf_anyflow_ddp_equals_one_process(tmp_path, corpus) -> None:
+    """Stage 2 from a fresh model (``init_from: null``): kinds, times and noise per sample, the rescale reference global."""
+    single, ddp = _fit_both(tmp_path, corpus, "tiny_tf.yaml", "train/loss", model={"init_from": None})
+    _assert_same(single, ddp, range(STEPS))
+    assert len({round(v, 4) for v in single.values()}) == STEPS
+    flow_single, flow_ddp = _losses(tmp_path / "one", "train/flow_loss"), _losses(tmp_path / "two", "train/flow_loss")
+    _assert_same(flow_single, flow_ddp, range(STEPS))
+
+
+def test_stage3_dmd_ddp_equals_one_process(tmp_path, corpus) -> None:
+    """Stage 3 (manual optimisation, two optimisers): critic every step, student on step 2; both losses match.
+
+    Each backward touches one role, so DDP must skip the other's parameters:
+    ``ddp_find_unused_parameters_true``, as the DMD recipes set.
+    """
+    # 4 outer steps = 5 optimizer steps (the student updates once, at outer step 2).
+    overlay = dict(model={"init_from": None, "student_update_every": 2}, strategy="ddp_find_unused_parameters_true", steps=5)
+    single, ddp = _fit_both(tmp_path, corpus, "tiny_dmd.yaml", "train/critic_loss", **overlay)
+    _assert_same(single, ddp, range(STEPS))
+    student_single, student_ddp = _losses(tmp_path / "one", "train/student_loss"), _losses(tmp_path / "two", "train/student_loss")
+    assert student_single  # the student did update
+    _assert_same(student_single, student_ddp, range(0))

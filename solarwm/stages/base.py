@@ -123,6 +123,31 @@ class StageModule(pl.LightningModule):
         """Samples in ``batch`` (for ``self.log``)."""
         return len(batch["sample_id"]) if "sample_id" in batch else None
 
+    def clip_grad_norm(self, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+        """Clip the gradient norm to ``max_norm``, also under FSDP.
+
+        FSDP shards the gradients, so a per-rank ``clip_grad_norm_`` would see a partial norm (Lightning
+        refuses it); the root FSDP module computes the global norm over all ranks' shards instead. It
+        clips every parameter with a gradient, so callers with several optimisers zero the others' first.
+        """
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if isinstance(strategy, FSDPStrategy):
+            strategy.model.clip_grad_norm_(max_norm)
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """``trainer.gradient_clip_val`` by norm through ``clip_grad_norm`` (FSDP-aware); by value as Lightning does."""
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            self.clip_grad_norm(optimizer, gradient_clip_val)
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def configure_optimizers(self) -> dict[str, Any]:
         """Optimizer over the adapter's trainable parameters and a per-step LR scheduler."""
         params = self.adapter.trainable_parameters()

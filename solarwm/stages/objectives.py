@@ -75,7 +75,7 @@ RandomSource = Union[torch.Generator, SampleRNG, None]
 
 def _draw(kind: str, shape: Sequence[int], generator: RandomSource, device, **kwargs) -> torch.Tensor:
     if isinstance(generator, SampleRNG):
-        out = getattr(generator, kind)(shape, **kwargs)
+        out = generator.randint(kwargs["high"], shape) if kind == "randint" else getattr(generator, kind)(shape, **kwargs)
     else:
         gen_device = generator.device if generator is not None else device
         if kind == "randint":
