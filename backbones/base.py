@@ -27,7 +27,9 @@ The batch a stage receives from a datamodule is a dict with
 ``video`` float32 ``[B, 3, F, H, W]`` in [-1, 1]; ``c2w`` float32 ``[B, F, 4, 4]`` (OpenCV, metric);
 ``K`` float32 ``[B, F, 4]`` (fx, fy, cx, cy) in pixels of ``video``; ``caption`` list[str];
 ``sample_id`` list[str]; optional ``text_embeds`` ``[B, L, D]`` + ``text_mask`` bool ``[B, L]``;
-optional ``latents`` ``[B, C, f, h, w]`` (cached latents: ``encode`` is skipped).
+optional ``latents`` ``[B, C, f, h, w]`` (cached latents: ``encode`` is skipped); optional
+``sample_index`` int64 ``[B]`` (the samples' logical indices in the training stream, which key their
+per-sample noise so that a step is the same on any number of ranks; absent: the global RNG keys them).
 
 Export layout written by ``save_adapter(dir)``::
 
@@ -147,6 +149,9 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
 
     #: Route name as in ``ROUTES`` and in ``adapter.json``.
     route: ClassVar[str] = ""
+    #: ``"module:Class"`` of the transformer's repeated block: the FSDP wrap and activation-checkpointing
+    #: unit (`solarwm.strategies.RouteFSDPStrategy`).
+    transformer_block: ClassVar[str] = ""
     #: Dataclass type of the route config; must be JSON-serialisable through ``dataclasses.asdict``.
     config_class: ClassVar[type]
 

@@ -439,6 +439,7 @@ class LTX25Adapter(BackboneAdapter):
     """
 
     route = "ltx25"
+    transformer_block = "solarwm.backbones.ltx25_model:LTX25VideoBlock"
     config_class = LTX25Config
     clean_latent_frames = 1  # LTX's native first-frame latent
     timestep_scale = 1000.0  # LTX-2's timestep_scale_multiplier: the model takes 1000 * sigma

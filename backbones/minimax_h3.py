@@ -199,6 +199,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
     """
 
     route = "minimax_h3"
+    transformer_block = "diffusers.models.transformers.transformer_minimax_h3:MiniMaxH3TransformerBlock"
     config_class = MiniMaxH3Config
     clean_latent_frames = 0  # the image is a separate anchor condition; latent 0 is generated and supervised
     timestep_scale = 1.0  # native t = 1 - sigma, unscaled

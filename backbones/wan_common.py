@@ -103,6 +103,7 @@ class WanAdapterBase(BackboneAdapter):
     """
 
     config_class: ClassVar[type[WanRouteConfig]]
+    transformer_block = "diffusers.models.transformers.transformer_wan:WanTransformerBlock"
     #: ``vae_config`` name -> AutoencoderKLWan config.
     vae_configs: ClassVar[dict[str, dict[str, Any]]] = {}
     #: Spatial factor the route's VAE must have (Wan2.2 VAE: 16, Wan2.1 VAE: 8).

@@ -35,14 +35,22 @@ def rss_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def setup(num_frames: int, size: int, fps: float) -> tuple[Rollout, dict]:
-    """The tiny route with random weights, the 4-step sampler and the conditions of a walk of ``num_frames``."""
+def setup(
+    num_frames: int, size: int, fps: float, adapter: Wan22TI2V5BAdapter | None = None, height: int | None = None,
+    device: str = "cpu",
+) -> tuple[Rollout, dict]:
+    """A route (default: the tiny one with random weights), the 4-step sampler and the conditions of a walk.
+
+    ``num_frames`` frames of ``size`` (width) x ``height`` (default: square), on ``device``.
+    """
     torch.manual_seed(0)
-    adapter = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny()).eval()
-    traj = make_pattern("walk", num_frames, fps, size, size, seed=0)
+    height = height or size
+    adapter = (adapter or Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny())).eval()
+    traj = make_pattern("walk", num_frames, fps, size, height, seed=0)
     rollout = Rollout(adapter, num_steps=4, solver="renoise")
     cond = rollout.conditions(
-        torch.zeros(1, 3, size, size), torch.as_tensor(traj.c2w)[None], torch.as_tensor(traj.K, dtype=torch.float32)[None], ["a walk"]
+        torch.zeros(1, 3, height, size, device=device), torch.as_tensor(traj.c2w, device=device)[None],
+        torch.as_tensor(traj.K, dtype=torch.float32, device=device)[None], ["a walk"],
     )
     return rollout, cond
 

@@ -53,14 +53,15 @@ def make_module(seed: int) -> BidirectionalModule:
                                lr_scheduler=None)
 
 
-def make_batch(frames: int, size: int, batch_size: int) -> dict:
-    """A random batch in the datamodule's format."""
+def make_batch(frames: int, size: int, batch_size: int, height: int | None = None) -> dict:
+    """A random batch in the datamodule's format, ``size`` (width) x ``height`` (default: square)."""
     g = torch.Generator().manual_seed(0)
+    height = height or size
     c2w = torch.eye(4).repeat(batch_size, frames, 1, 1)
     c2w[..., 0, 3] = torch.linspace(0, 1, frames)
-    K = torch.tensor([size * 0.8, size * 0.8, size / 2, size / 2]).repeat(batch_size, frames, 1)
+    K = torch.tensor([size * 0.8, size * 0.8, size / 2, height / 2]).repeat(batch_size, frames, 1)
     return {
-        "video": torch.rand(batch_size, 3, frames, size, size, generator=g) * 2 - 1, "c2w": c2w, "K": K,
+        "video": torch.rand(batch_size, 3, frames, height, size, generator=g) * 2 - 1, "c2w": c2w, "K": K,
         "caption": ["a street"] * batch_size, "sample_id": [f"s{i}" for i in range(batch_size)],
     }
 

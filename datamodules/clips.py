@@ -149,10 +149,14 @@ class ClipWindowDataset(Dataset):
         return item["frames"], item["c2w"], item["K"], item["caption"]
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
-        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id.
+        """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id, sample_index.
 
         A latent-view row gives ``latents`` [C,f,h,w], ``text_embeds`` [L,D] and ``text_mask`` [L] instead of
         ``video`` (`solarwm.data.latents.load_view_row`).
+
+        ``sample_index`` = ``epoch * len(self) + occurrence``: the sample's logical index in the training
+        stream. Stages seed each sample's noise and timesteps by it, so that a step draws the same
+        randomness however the global batch is split over ranks (`solarwm.stages.objectives.SampleRNG`).
         """
         occurrence, epoch = (key, 0) if isinstance(key, (int, np.integer)) else key
         row = self.rows[int(self.occurrence_row[occurrence])]
@@ -161,7 +165,9 @@ class ClipWindowDataset(Dataset):
                 from solarwm.data.index import ShardReader
 
                 self._reader = ShardReader()
-            return load_view_row(row.index_row, self.release_root, self._reader)
+            item = load_view_row(row.index_row, self.release_root, self._reader)
+            item["sample_index"] = int(epoch) * len(self) + int(occurrence)
+            return item
         start = self._start(row, int(occurrence), int(epoch))
         frames, c2w, K, caption = self._load(row)
         idx = start + self.frame_stride * np.arange(self.num_frames)
@@ -177,6 +183,7 @@ class ClipWindowDataset(Dataset):
             "K": torch.as_tensor(K_out, dtype=torch.float32),
             "caption": caption,
             "sample_id": row.sample_id,
+            "sample_index": int(epoch) * len(self) + int(occurrence),
         }
 
 

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Literal
 import torch
 
 from solarwm.backbones.base import BackboneAdapter
-from solarwm.stages.objectives import shift_sigmas
+from solarwm.stages.objectives import RandomSource, randn, shift_sigmas
 
 Solver = Literal["renoise", "flowmap"]
 
@@ -103,7 +103,7 @@ class Rollout:
     def latent_blocks(
         self,
         cond: dict[str, Any],
-        generator: torch.Generator | None = None,
+        generator: RandomSource = None,
         exit_step: int | None = None,
         cache: Any = None,
     ) -> Iterator[BlockResult]:
@@ -120,12 +120,11 @@ class Rollout:
         device = anchor.device
         sigmas = few_step_sigmas(self.num_steps, adapter.shift, device)
         cache = adapter.new_cache(h, w) if cache is None else cache
-        gen_device = generator.device if generator is not None else device
         for frames in adapter.block_slices(num_latents):
             n = frames.stop - frames.start
             block_cond = block_conditions(adapter, cond, frames)
             clean = max(0, min(adapter.clean_latent_frames - frames.start, n))  # anchor frames in this block
-            x = torch.randn((b, c, n, h, w), generator=generator, device=gen_device).to(device)
+            x = randn((b, c, n, h, w), generator, device)  # a SampleRNG gives each sample its own stream
             x[:, :, :clean] = anchor[:, :, :clean]
             for k in range(exit_step + 1):
                 sigma_pf = torch.full((b, n), float(sigmas[k]), device=device)
@@ -141,7 +140,7 @@ class Rollout:
                     x0 = x - sigmas[k] * v
                     x0[:, :, :clean] = anchor[:, :, :clean]
                     if k < exit_step:
-                        fresh = torch.randn(x.shape, generator=generator, device=gen_device).to(device)
+                        fresh = randn(x.shape, generator, device)
                         x = (1.0 - sigmas[k + 1]) * x0 + sigmas[k + 1] * fresh
                 x[:, :, :clean] = anchor[:, :, :clean]
             if self.solver == "flowmap":

@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from solarwm.backbones.base import BackboneAdapter
+from solarwm.stages.objectives import SampleRNG
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -76,6 +77,7 @@ class StageModule(pl.LightningModule):
             self.adapter = adapter
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
+        self._run_seed: int | None = None
 
     def latents(self, batch: dict[str, Any]) -> torch.Tensor:
         """Clean latents ``[B, C, f, h, w]``: ``batch["latents"]`` if cached, else ``adapter.encode(video)``.
@@ -92,6 +94,30 @@ class StageModule(pl.LightningModule):
         with torch.no_grad():
             return self.adapter.encode(batch["video"]).float()
 
+    def sample_index(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The samples' logical indices ``[B]`` (``batch["sample_index"]``); a hand-built batch without them
+        gets fresh random keys from the global RNG."""
+        if "sample_index" in batch:
+            return torch.as_tensor(batch["sample_index"], dtype=torch.long).reshape(-1)
+        size = self.batch_size_of(batch)
+        if size is None:
+            size = (batch["latents"] if "latents" in batch else batch["video"]).shape[0]
+        return torch.randint(0, 2**62, (size,))
+
+    def sample_rng(self, batch: dict[str, Any], salt: int = 0) -> SampleRNG:
+        """Per-sample random streams of ``batch``, keyed by its ``sample_index`` and the run's seed.
+
+        The run's seed is ``torch.initial_seed()`` when fit started (``seed_everything``, the same on every
+        rank), so a different seed draws different noise while a 1-process and an N-process run of one seed
+        draw the same noise for each sample.
+        """
+        run_seed = self._run_seed if self._run_seed is not None else torch.initial_seed()
+        return SampleRNG(self.sample_index(batch), salt=run_seed * 1_000_003 + salt, device=self.device)
+
+    def on_fit_start(self) -> None:
+        """Remember the run's seed (``seed_everything``) for ``sample_rng``."""
+        self._run_seed = torch.initial_seed()
+
     def check_finite(self, loss: torch.Tensor, batch: dict[str, Any], batch_idx: int) -> None:
         """Stop training with ``NonFiniteLossError`` naming the step and the samples when ``loss`` is NaN/inf."""
         if not torch.isfinite(loss.detach()).item():
@@ -104,6 +130,31 @@ class StageModule(pl.LightningModule):
     def batch_size_of(batch: dict[str, Any]) -> int | None:
         """Samples in ``batch`` (for ``self.log``)."""
         return len(batch["sample_id"]) if "sample_id" in batch else None
+
+    def clip_grad_norm(self, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+        """Clip the gradient norm to ``max_norm``, also under FSDP.
+
+        FSDP shards the gradients, so a per-rank ``clip_grad_norm_`` would see a partial norm (Lightning
+        refuses it); the root FSDP module computes the global norm over all ranks' shards instead. It
+        clips every parameter with a gradient, so callers with several optimisers zero the others' first.
+        """
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if isinstance(strategy, FSDPStrategy):
+            strategy.model.clip_grad_norm_(max_norm)
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """``trainer.gradient_clip_val`` by norm through ``clip_grad_norm`` (FSDP-aware); by value as Lightning does."""
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            self.clip_grad_norm(optimizer, gradient_clip_val)
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self) -> dict[str, Any]:
         """Optimizer over the adapter's trainable parameters and a per-step LR scheduler."""

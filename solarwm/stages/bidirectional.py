@@ -23,7 +23,15 @@ from solarwm.backbones.base import BackboneAdapter
 from solarwm.stages.base import NonFiniteLossError, StageModule, WarmupConstantLR, default_optimizer
 
 __all__ = ["BidirectionalModule", "NonFiniteLossError", "WarmupConstantLR", "default_optimizer"]
-from solarwm.stages.objectives import LossWeighting, TimestepSampling, loss_weights, sample_uniform_u, shift_sigmas
+from solarwm.stages.objectives import (
+    LossWeighting,
+    RandomSource,
+    TimestepSampling,
+    loss_weights,
+    randn,
+    sample_uniform_u,
+    shift_sigmas,
+)
 
 
 class BidirectionalModule(StageModule):
@@ -79,20 +87,20 @@ class BidirectionalModule(StageModule):
 
     # ------------------------------------------------------------------ objective
     def flow_loss(
-        self, batch: dict[str, Any], generator: torch.Generator | None = None
+        self, batch: dict[str, Any], generator: RandomSource = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Eq. (1) on one batch; ``generator`` fixes noise and sigmas (validation). Returns ``(loss, stats)``."""
+        """Eq. (1) on one batch. Returns ``(loss, stats)``.
+
+        ``generator`` fixes noise and sigmas (validation); None draws them per sample from ``sample_rng``
+        (training: the same draws for a sample on any number of ranks).
+        """
         x0 = self.latents(batch)
         cond = self.adapter.prepare_conditions(batch)
         b = x0.shape[0]
-        u = sample_uniform_u(
-            b, self.timestep_sampling, self.logit_mean, self.logit_std, generator=generator, device=x0.device
-        )
+        rng = self.sample_rng(batch) if generator is None else generator
+        u = sample_uniform_u(b, self.timestep_sampling, self.logit_mean, self.logit_std, generator=rng, device=x0.device)
         sigma = self.adapter.sample_sigmas(b, u=u)
-        if generator is None:
-            noise = torch.randn_like(x0)
-        else:
-            noise = torch.randn(x0.shape, generator=generator, device=generator.device).to(x0.device)
+        noise = randn(x0.shape, rng, x0.device)
         x_t, sigma_per_frame = self.adapter.noisy_input(x0, noise, sigma)
         prediction = self.adapter(x_t, sigma_per_frame, cond)
         target = self.adapter.target(x0, noise)
@@ -105,8 +113,9 @@ class BidirectionalModule(StageModule):
         loss, stats = self.flow_loss(batch)
         self.check_finite(loss, batch, batch_idx)
         size = self.batch_size_of(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=size)
-        self.log("train/sigma_mean", stats["sigma_mean"], batch_size=size)
+        # sync_dist: the logged value is the global batch's loss (the mean over ranks), not rank 0's share.
+        self.log("train/loss", loss, prog_bar=True, batch_size=size, sync_dist=True)
+        self.log("train/sigma_mean", stats["sigma_mean"], batch_size=size, sync_dist=True)
         return loss
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:

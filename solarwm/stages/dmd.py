@@ -16,7 +16,9 @@ space, with the real score under CFG ``cond + g·(cond - uncond)``, and the surr
 
 Lightning manual optimisation: the critic updates every outer step, the student on every
 ``student_update_every``-th (before that step's critic update). All randomness comes from a generator
-seeded by (seed, outer step), so a resumed run continues exactly as an uninterrupted one.
+seeded by (seed, outer step) and, per sample, from a stream keyed by the sample's ``sample_index``, so a
+resumed run continues exactly as an uninterrupted one and N DDP ranks train as one process. Under DDP each
+backward touches one role only: use ``strategy: ddp_find_unused_parameters_true``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from solarwm.backbones.base import BackboneAdapter
 from solarwm.rollout.engine import Rollout
 from solarwm.stages.base import StageModule
 from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
-from solarwm.stages.objectives import shift_sigmas
+from solarwm.stages.objectives import RandomSource, SampleRNG, randint, randn, shift_sigmas
 
 
 @dataclass
@@ -154,22 +156,32 @@ class DMDModule(CausalGenerateMixin, StageModule):
     def _rng(self, salt: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.outer_step) * 7 + salt)
 
+    def draws(self, batch: dict[str, Any], rng: torch.Generator) -> tuple[int, SampleRNG]:
+        """``(exit_step, per-sample streams)`` of one update, both from the step's ``rng``.
+
+        The exit step is one for the whole global batch (every rank draws it from the same step seed);
+        noise and score sigmas come from each sample's stream (keyed by its ``sample_index``), so a sample
+        draws the same on any number of ranks.
+        """
+        exit_step = int(torch.randint(0, self.num_steps, (1,), generator=rng))
+        salt = int(torch.randint(0, 2**62, (1,), generator=rng))
+        return exit_step, SampleRNG(self.sample_index(batch), salt=salt, device=self.device)
+
     def rollout_and_replay(
-        self, batch: dict[str, Any], rng: torch.Generator, grad: bool
+        self, batch: dict[str, Any], exit_step: int, noise: SampleRNG, grad: bool
     ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor]:
         """``(x0 [B, C, f, h, w], cond, clean_latents)``: the student's generated video latents.
 
-        Pass 1 (no grad): few-step rollout with one random exit step, committing that step's x0. Pass 2
+        Pass 1 (no grad): few-step rollout exiting at ``exit_step``, committing that step's x0. Pass 2
         (only with ``grad``): one teacher-forced replay of all blocks from their exit-step inputs.
         """
         gen = self.generator
         x0 = self.latents(batch)
         cond = gen.prepare_conditions(batch)
-        exit_step = int(torch.randint(0, self.num_steps, (1,), generator=rng))
         rollout = Rollout(gen, self.num_steps, "renoise")
         clean = gen.clean_latent_frames
         with torch.no_grad():
-            blocks = list(rollout.latent_blocks(dict(cond, anchor=x0[:, :, :clean]), rng, exit_step=exit_step))
+            blocks = list(rollout.latent_blocks(dict(cond, anchor=x0[:, :, :clean]), noise, exit_step=exit_step))
         committed = torch.cat([b.x0 for b in blocks], 2)
         if not grad:
             return committed, cond, x0
@@ -179,15 +191,15 @@ class DMDModule(CausalGenerateMixin, StageModule):
         output = noisy - sigma_pf[:, None, :, None, None] * flow
         return torch.cat([x0[:, :, :clean], output[:, :, clean:]], 2), cond, x0
 
-    def score_sigmas(self, batch_size: int, rng: torch.Generator) -> torch.Tensor:
+    def score_sigmas(self, batch_size: int, rng: RandomSource) -> torch.Tensor:
         """Per-sample score sigma ``[B]``: ``randint(0, 1000)/1000``, the route's shift, clamped."""
-        u = torch.randint(0, 1000, (batch_size,), generator=rng).double() / 1000.0
+        u = randint(1000, (batch_size,), rng, "cpu").double() / 1000.0
         return shift_sigmas(u, self.generator.shift).clamp(self.score_min, self.score_max).float()
 
-    def _renoise(self, x: torch.Tensor, rng: torch.Generator) -> tuple[torch.Tensor, ...]:
+    def _renoise(self, x: torch.Tensor, rng: RandomSource) -> tuple[torch.Tensor, ...]:
         """``(noisy, noise, sigma_pf)``: ``x`` at a score sigma (its anchor frames stay clean at sigma 0)."""
         sigma = self.score_sigmas(x.shape[0], rng).to(x.device)
-        noise = torch.randn(x.shape, generator=rng).to(x.device)
+        noise = randn(x.shape, rng, x.device)
         noisy, sigma_pf = self.generator.noisy_input(x, noise, sigma)
         return noisy, noise, sigma_pf
 
@@ -197,9 +209,10 @@ class DMDModule(CausalGenerateMixin, StageModule):
 
     def student_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
         """The DMD surrogate on one rollout-and-replay (gradient flows into the student only)."""
-        output, cond, x0 = self.rollout_and_replay(batch, rng, grad=True)
+        exit_step, streams = self.draws(batch, rng)
+        output, cond, x0 = self.rollout_and_replay(batch, exit_step, streams, grad=True)
         with torch.no_grad():
-            noisy, _, sigma_pf = self._renoise(output.detach(), rng)
+            noisy, _, sigma_pf = self._renoise(output.detach(), streams)
             fake_x0 = self._x0(self.fake_score, noisy, sigma_pf, cond)
             real_x0 = self._x0(self.real_score, noisy, sigma_pf, cond)
             if self.guidance_scale > 0:
@@ -212,9 +225,10 @@ class DMDModule(CausalGenerateMixin, StageModule):
 
     def critic_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
         """Flow loss of the fake score on the student's generated latents (rollout without grad)."""
+        exit_step, streams = self.draws(batch, rng)
         with torch.no_grad():
-            generated, cond, _ = self.rollout_and_replay(batch, rng, grad=False)
-            noisy, noise, sigma_pf = self._renoise(generated, rng)
+            generated, cond, _ = self.rollout_and_replay(batch, exit_step, streams, grad=False)
+            noisy, noise, sigma_pf = self._renoise(generated, streams)
         prediction = self.fake_score(noisy, sigma_pf, cond)
         return self.fake_score.loss(prediction, self.fake_score.target(generated, noise), self.fake_score.loss_mask(generated))
 
@@ -225,9 +239,11 @@ class DMDModule(CausalGenerateMixin, StageModule):
                 self.critic_optimizer_factory(self.fake_score.trainable_parameters())]
 
     def _update(self, optimizer: Any, loss: torch.Tensor) -> None:
-        optimizer.zero_grad()
+        # All roles' gradients are cleared, not just this optimiser's: under FSDP the norm clip covers
+        # every parameter with a gradient, and the other role's stale gradients must not count.
+        self.zero_grad(set_to_none=True)
         self.manual_backward(loss)
-        self.clip_gradients(optimizer, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
+        self.clip_grad_norm(optimizer, self.grad_clip)
         optimizer.step()
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
@@ -241,11 +257,11 @@ class DMDModule(CausalGenerateMixin, StageModule):
             self.check_finite(loss, batch, batch_idx)
             self._update(student_opt, loss)
             self.student_steps += 1
-            self.log("train/student_loss", loss.detach(), prog_bar=True, batch_size=size)
+            self.log("train/student_loss", loss.detach(), prog_bar=True, batch_size=size, sync_dist=True)
         critic = self.critic_loss(batch, self._rng(2))
         self.check_finite(critic, batch, batch_idx)
         self._update(critic_opt, critic)
-        self.log("train/critic_loss", critic.detach(), prog_bar=True, batch_size=size)
+        self.log("train/critic_loss", critic.detach(), prog_bar=True, batch_size=size, sync_dist=True)
         self.outer_step += 1
         return critic.detach()
 

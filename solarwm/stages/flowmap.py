@@ -17,38 +17,39 @@ import math
 
 import torch
 
-from solarwm.stages.objectives import shift_sigmas
+from solarwm.stages.objectives import RandomSource, rand, shift_sigmas
 
 #: Fractional part of the golden ratio: a low-discrepancy sequence over logical sample indices.
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def pair_kinds(
-    batch_size: int, offset: int = 0, diffusion_ratio: float = 0.5, consistency_ratio: float = 0.25
+    index: torch.Tensor, diffusion_ratio: float = 0.5, consistency_ratio: float = 0.25
 ) -> torch.Tensor:
     """Kind of each sample's (t, r) pair, LongTensor ``[B]``: 0 diffusion (r = t), 1 consistency (r = 0), 2 mean (0 < r < t).
 
+    ``index`` ``[B]``: the samples' logical indices in the training stream (the batch's ``sample_index``).
     The official release assigns kinds by position in the global batch (first 50% diffusion, next 25%
     consistency). Small CPU batches would then never see some kinds, so kinds follow a low-discrepancy
-    sequence over the logical sample index ``offset + i`` (``offset`` = step × global batch): any run of
-    steps has the ratios up to one sample.
+    sequence over the logical sample index: any epoch has the ratios up to one sample, and a sample's kind
+    does not depend on how the global batch is split over ranks.
     """
     if not (0.0 <= diffusion_ratio and 0.0 <= consistency_ratio and diffusion_ratio + consistency_ratio <= 1.0):
         raise ValueError(f"pair_kinds: bad ratios {diffusion_ratio}, {consistency_ratio}")
-    phase = ((torch.arange(batch_size, dtype=torch.float64) + offset) * _GOLDEN) % 1.0
-    kinds = torch.full((batch_size,), 2, dtype=torch.long)
+    phase = (torch.as_tensor(index, dtype=torch.float64).reshape(-1) * _GOLDEN) % 1.0
+    kinds = torch.full(phase.shape, 2, dtype=torch.long)
     kinds[phase < diffusion_ratio + consistency_ratio] = 1
     kinds[phase < diffusion_ratio] = 0
     return kinds
 
 
 def sample_time_pairs(
-    kinds: torch.Tensor, shift: float, generator: torch.Generator | None = None
+    kinds: torch.Tensor, shift: float, generator: RandomSource = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Shifted ``(sigma_t, sigma_r)``, each ``[B]``: ``t = u1``, ``r = u2·t`` (v1.5), then r set by kind, then shift both."""
     batch = kinds.shape[0]
-    u1 = torch.rand(batch, generator=generator, dtype=torch.float64)
-    u2 = torch.rand(batch, generator=generator, dtype=torch.float64)
+    u1 = rand((batch,), generator, "cpu", dtype=torch.float64)
+    u2 = rand((batch,), generator, "cpu", dtype=torch.float64)
     t = u1.clamp_min(1e-6)
     r = u2 * t
     r = torch.where(kinds == 0, t, r)
@@ -97,15 +98,19 @@ def flow_map_prediction(
     return u + per_sample(sigma_t - sigma_r) * slope
 
 
-def adaptive_rescale(losses: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+def adaptive_rescale(losses: torch.Tensor, kinds: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
     """Scale each non-diffusion sample's loss ``[B]`` to the mean diffusion loss (value only; gradients keep their direction).
 
-    ``loss_i · mean(diffusion losses) / (loss_i.detach() + 1e-5)``; diffusion samples are unchanged, and a
-    batch without diffusion samples is returned as is.
+    ``loss_i · reference / (loss_i.detach() + 1e-5)``; diffusion samples are unchanged. ``reference`` is the
+    mean diffusion loss of the global batch (all ranks; the caller reduces it); None = this batch's. Without
+    any diffusion sample (``reference`` None or NaN and none here) the losses are returned as is.
     """
     diffusion = kinds == 0
-    if not diffusion.any():
+    if reference is None:
+        if not diffusion.any():
+            return losses
+        reference = losses.detach()[diffusion].mean()
+    elif not torch.isfinite(reference):
         return losses
-    reference = losses.detach()[diffusion].mean()
     scale = torch.where(diffusion, torch.ones_like(losses), reference / (losses.detach() + 1e-5))
     return losses * scale

@@ -21,6 +21,7 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from solarwm.backbones.base import BackboneAdapter
 from solarwm.stages.base import StageModule, WarmupConstantLR, default_optimizer
 from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
+from solarwm.stages.objectives import RandomSource, randn
 from solarwm.stages.flowmap import (
     adaptive_rescale,
     finite_difference_window,
@@ -85,17 +86,22 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
 
     # ------------------------------------------------------------------ objective
     def anyflow_loss(
-        self, batch: dict[str, Any], offset: int, generator: torch.Generator | None = None
+        self, batch: dict[str, Any], generator: RandomSource = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Eq. (2) on one batch; ``offset`` is the logical index of its first sample. Returns ``(loss, stats)``."""
+        """Eq. (2) on one batch. Returns ``(loss, stats)``.
+
+        Pair kinds follow the samples' ``sample_index``; times and noise come from ``generator``, by default
+        each sample's own stream (``sample_rng``), so a sample draws the same on any number of ranks.
+        """
         adapter = self.adapter
         x0 = self.latents(batch)
         cond = adapter.prepare_conditions(batch)
         b, f = x0.shape[0], x0.shape[2]
-        kinds = pair_kinds(b, offset, self.diffusion_ratio, self.consistency_ratio)
-        sigma_t, sigma_r = (s.to(x0.device) for s in sample_time_pairs(kinds, adapter.shift, generator))
+        rng = self.sample_rng(batch) if generator is None else generator
+        kinds = pair_kinds(self.sample_index(batch), self.diffusion_ratio, self.consistency_ratio)
+        sigma_t, sigma_r = (s.to(x0.device) for s in sample_time_pairs(kinds, adapter.shift, rng))
         kinds = kinds.to(x0.device)
-        noise = torch.randn(x0.shape, generator=generator, device=generator.device if generator else None).to(x0.device)
+        noise = randn(x0.shape, rng, x0.device)
         x_t, t_pf = adapter.noisy_input(x0, noise, sigma_t)
         r_pf = per_frame(adapter, sigma_r, f)
         target = adapter.target(x0, noise)
@@ -121,12 +127,26 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         mask = adapter.loss_mask(x0).expand_as(prediction)
         per_sample = (((prediction - target) / g) ** 2 * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp_min(1.0)
         raw = per_sample.detach()
+        diffusion_mean = self._global_diffusion_mean(raw, kinds)
         if self.rescale:
-            per_sample = adaptive_rescale(per_sample, kinds)
+            per_sample = adaptive_rescale(per_sample, kinds, diffusion_mean)
         if self.timestep_weighting:
             per_sample = per_sample * gaussian_timestep_weight(sigma_t, adapter.shift)
-        stats = {"flow_loss": raw[kinds == 0].mean() if (kinds == 0).any() else raw.mean(), "sigma_mean": sigma_t.mean()}
+        flow_loss = diffusion_mean if torch.isfinite(diffusion_mean) else raw.mean()
+        stats = {"flow_loss": flow_loss, "sigma_mean": sigma_t.mean()}
         return per_sample.mean(), stats
+
+    def _global_diffusion_mean(self, losses: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        """Mean of the diffusion samples' losses over the global batch (summed over ranks; NaN when there are none).
+
+        The rescale reference is a statistic of the whole batch: a per-rank mean would make the loss
+        depend on how the batch is split over ranks.
+        """
+        diffusion = (kinds == 0).to(losses.dtype)
+        totals = torch.stack([(losses.detach() * diffusion).sum(), diffusion.sum()])
+        if self._trainer is not None:
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+        return totals[0] / totals[1] if totals[1] > 0 else torch.tensor(float("nan"), device=losses.device)
 
     def teacher_forced_flow_loss(self, batch: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
         """Plain teacher-forced flow matching (r = t) with seeded noise: the comparable validation loss."""
@@ -140,14 +160,14 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         return adapter.loss(prediction, adapter.target(x0, noise), adapter.loss_mask(x0))
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        """One step of eq. (2); kinds of (t, r) pairs follow the global sample index."""
+        """One step of eq. (2); kinds of (t, r) pairs follow the samples' ``sample_index``."""
         size = self.batch_size_of(batch) or 1
-        offset = (self.global_step * self.trainer.world_size + self.global_rank) * size if self._trainer else 0
-        loss, stats = self.anyflow_loss(batch, offset)
+        loss, stats = self.anyflow_loss(batch)
         self.check_finite(loss, batch, batch_idx)
-        self.log("train/loss", loss, prog_bar=True, batch_size=size)
-        self.log("train/flow_loss", stats["flow_loss"], batch_size=size)
-        self.log("train/sigma_mean", stats["sigma_mean"], batch_size=size)
+        # sync_dist: the logged values are the global batch's (the mean over ranks), not rank 0's share.
+        self.log("train/loss", loss, prog_bar=True, batch_size=size, sync_dist=True)
+        self.log("train/flow_loss", stats["flow_loss"], batch_size=size, sync_dist=True)
+        self.log("train/sigma_mean", stats["sigma_mean"], batch_size=size, sync_dist=True)
         return loss
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
