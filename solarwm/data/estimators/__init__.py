@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-POSE_UNITS = ("metric", "relative")
+from solarwm.data.contract import POSE_UNITS  # noqa: F401  (re-exported: one definition, in the contract)
 
 
 class EstimatorUnavailable(RuntimeError):
