@@ -80,4 +80,4 @@ def get_estimator(name: str, weights: str | None = None, **options: Any) -> Pose
 
 # Plug-ins register themselves on import; importing them here makes every name known to
 # ``get_estimator``. They import their heavy dependencies (torch, model code) only when built.
-from solarwm.data.estimators import sfm as _sfm  # noqa: E402,F401
+from solarwm.data.estimators import geocalib, moge2, pi3x, sfm, vipe  # noqa: E402,F401
