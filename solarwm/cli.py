@@ -27,6 +27,7 @@ DATA_VERBS: dict[str, tuple[str, str]] = {
     "ingest": ("solarwm.data.sources.ingest:ingest_command", "turn a source dataset (native layout) into canonical clips"),
     "inspect": ("solarwm.data.inspect:inspect_command", "validate clips or an index and print a JSON summary"),
     "annotate": ("solarwm.data.annotate.runner:annotate_command", "compute camera, visual, motion and caption metrics"),
+    "derive": ("solarwm.data.derive:derive_command", "derive Clean Plate owners from parent clips (lineage kept)"),
     "select": ("solarwm.data.policy.cli:select_command", "sort clips into xhigh/high/rejected by a versioned policy"),
     "pack": ("solarwm.data.release:pack_command", "write the raw-wds release (WebDataset shards + index)"),
     "recipe": ("solarwm.data.recipe:recipe_command", "build train/test recipe indices from a release"),

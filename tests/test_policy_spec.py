@@ -114,8 +114,7 @@ def test_shipped_policy_parses_and_gate_texts_read_like_table3():
     assert "metrics.vmaf in [0.5, 100]" in texts and "metrics.unimatch in [3, 250]" in texts
     assert "mean(metrics.dover_tech, metrics.dover_aes) >= 0.3" in texts
     assert [c.text for c in policy.owners["mind"].kept][:5] == [
-        "camera.finite is true", "camera.fov_x_min >= 25", "camera.fov_x_max <= 125", "camera.fov_y_min >= 25",
-        "camera.fov_y_max <= 125"]
+        "camera.finite is true", "camera.pose_units = metric", "camera.fov_x_min >= 25", "camera.fov_x_max <= 125", "camera.fov_y_min >= 25"]
     assert parse_policy(yaml.safe_load(SHIPPED.read_text())) == policy.__class__(
         policy.name, policy.version, policy.owners, source="<policy>")
 
@@ -123,7 +122,8 @@ def test_shipped_policy_parses_and_gate_texts_read_like_table3():
 def metrics_rows() -> list[dict]:
     good = {"metrics.vlm_quality": 5.0, "metrics.vlm_reject_flags": [], "metrics.vlm_transition_count": 0.0,
             "camera.finite": True, "camera.fov_x_min": 60.0, "camera.fov_x_max": 60.0, "camera.fov_y_min": 40.0,
-            "camera.fov_y_max": 40.0, "camera.focal_div_max": 0.0, "camera.scale_cov": 0.0}
+            "camera.fov_y_max": 40.0, "camera.focal_div_max": 0.0, "camera.scale_cov": 0.0,
+            "camera.pose_units": "metric"}
     return [
         {"clip_id": "a", "owner": "mind", **good},
         {"clip_id": "b", "owner": "mind", **good, "metrics.vlm_quality": 4.0},
@@ -181,7 +181,8 @@ def write_fixture_clip(corpus: Path, owner: str, name: str, metrics: dict, stage
 
 def test_corpus_select_writes_selection_and_accounts(tmp_path, capsys):
     camera = {"camera.finite": True, "camera.fov_x_min": 53.0, "camera.fov_x_max": 53.0, "camera.fov_y_min": 53.0,
-              "camera.fov_y_max": 53.0, "camera.focal_div_max": 0.0, "camera.scale_cov": 0.0}
+              "camera.fov_y_max": 53.0, "camera.focal_div_max": 0.0, "camera.scale_cov": 0.0,
+              "camera.pose_units": "metric"}
     cpu = {**camera, "metrics.saturation": 90.0, "metrics.scene_cuts": 0, "metrics.flow_dis": 3.0}
     corpus = tmp_path / "corpus"
     xhigh = write_fixture_clip(corpus, "synthetic", "xhigh", {**cpu, "metrics.vmaf": 10.0})

@@ -24,7 +24,7 @@ D_LABEL = "mean(metrics.dover_tech, metrics.dover_aes)"
 # A row inside every kept rule and every xhigh extra of every owner.
 GOOD = {
     "num_frames": 121, "width": 1280, "height": 720, "caption": "a walk through a market",
-    "camera.finite": True, "camera.fov_x_min": 60.0, "camera.fov_x_max": 62.0, "camera.fov_y_min": 40.0,
+    "camera.finite": True, "camera.pose_units": "metric", "camera.fov_x_min": 60.0, "camera.fov_x_max": 62.0, "camera.fov_y_min": 40.0,
     "camera.fov_y_max": 41.0, "camera.focal_div_max": 0.01, "camera.scale_cov": 0.1,
     "metrics.vlm_quality": 5.0, "metrics.vlm_reject_flags": [], "metrics.vlm_transition_count": 0,
     "metrics.vlm_entity_density": 2, "metrics.vlm_scene_type": "real_world",
@@ -93,7 +93,7 @@ TABLE3 = {
                          Q5, R_EMPTY),
 }
 OTHER_COLUMNS = {
-    "A": ("caption",), "finite": ("camera.finite",), "G": ("lineage.geometry_ok",),
+    "A": ("caption",), "finite": ("camera.finite", "camera.pose_units"), "G": ("lineage.geometry_ok",),
     "lineage": ("lineage.source_tier",), "res": ("width", "height"),
     "res_src": ("lineage.source_width", "lineage.source_height"), "E": ("metrics.vlm_entity_density",),
 }
@@ -237,6 +237,7 @@ def test_other_table3_gates(owner):
         ("A", {"caption": "  \n\t"}, "caption: empty"),
         ("A", {"caption": ""}, "caption: empty"),
         ("finite", {"camera.finite": False}, "camera.finite is false"),
+        ("finite", {"camera.pose_units": "relative"}, "camera.pose_units=relative != metric"),
         ("G", {"lineage.geometry_ok": False}, "lineage.geometry_ok is false"),
         ("lineage", {"lineage.source_tier": "rejected"}, "lineage.source_tier=rejected not in {high, xhigh}"),
         ("res", {"width": 1920}, "width=1920 != 1280"),
@@ -313,7 +314,7 @@ def test_owner_without_policy_or_missing_owner():
 
 
 def test_synthetic_owner_uses_cpu_metrics_only():
-    cpu = {"caption", "camera.finite", "camera.fov_x_min", "camera.fov_x_max", "camera.fov_y_min",
+    cpu = {"caption", "camera.finite", "camera.pose_units", "camera.fov_x_min", "camera.fov_x_max", "camera.fov_y_min",
            "camera.fov_y_max", "camera.focal_div_max", "camera.scale_cov", "metrics.saturation", "metrics.vmaf",
            "metrics.scene_cuts", "metrics.flow_dis"}
     rules = POLICY.owners["synthetic"]

@@ -13,7 +13,13 @@ import numpy as np
 from solarwm.camera.intrinsics import focal_divergence, fov_deg
 
 
-def camera_integrity(c2w: Any, K: Any, width: int, height: int, scale: Any = None) -> dict[str, Any]:
+# What meta.pose_units may say: metric, or relative (translation known up to one global scale).
+POSE_UNITS = ("metric", "relative")
+
+
+def camera_integrity(
+    c2w: Any, K: Any, width: int, height: int, scale: Any = None, pose_units: str = "metric"
+) -> dict[str, Any]:
     """Camera metrics of one clip: c2w ``[N, 4, 4]``, K ``[N, 4]`` pixels, optional per-frame scales ``[N]``.
 
     Returns ``camera.finite`` (bool) always. The numeric keys (``camera.fov_x_min``,
@@ -23,7 +29,14 @@ def camera_integrity(c2w: Any, K: Any, width: int, height: int, scale: Any = Non
     no downstream gate can pass on it. ``scale`` is the per-frame factor that made the poses
     metric (e.g. a Sim(3) fit); ``None`` means the poses were metric at ingestion, so the
     coefficient of variation is exactly 0.
+
+    ``pose_units`` (``meta.pose_units`` of the clip) is echoed as ``camera.pose_units``. For
+    ``"relative"`` poses (known only up to one global scale, e.g. from structure from motion)
+    there is no metric scale to be stable, so ``camera.scale_cov`` is left out: the gates that
+    need metric scale fail closed, and the camera gate names ``camera.pose_units=relative``.
     """
+    if pose_units not in POSE_UNITS:
+        raise ValueError(f"pose_units must be one of {POSE_UNITS}, got {pose_units!r}")
     c2w = np.asarray(c2w, dtype=np.float64)
     K = np.asarray(K, dtype=np.float64)
     finite = bool(
@@ -32,7 +45,7 @@ def camera_integrity(c2w: Any, K: Any, width: int, height: int, scale: Any = Non
         and np.isfinite(c2w).all() and np.isfinite(K).all()
         and (K[:, :2] > 0).all()
     )
-    out: dict[str, Any] = {"camera.finite": finite}
+    out: dict[str, Any] = {"camera.finite": finite, "camera.pose_units": pose_units}
     if not finite:
         return out
     fov_x, fov_y = fov_deg(K, width, height)
@@ -41,7 +54,9 @@ def camera_integrity(c2w: Any, K: Any, width: int, height: int, scale: Any = Non
     out["camera.fov_y_min"] = float(fov_y.min())
     out["camera.fov_y_max"] = float(fov_y.max())
     out["camera.focal_div_max"] = float(focal_divergence(K).max())
-    if scale is None:
+    if pose_units != "metric":
+        pass  # no metric scale: scale_cov is undefined, and absent keys fail closed
+    elif scale is None:
         out["camera.scale_cov"] = 0.0
     else:
         s = np.asarray(scale, dtype=np.float64)

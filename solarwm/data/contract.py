@@ -3,10 +3,14 @@
 On disk one folder per clip, named by its id, under a corpus folder::
 
     <clip_id>/video.mp4        V  H.264 yuv420p
-    <clip_id>/poses.npy        P  c2w float64 [N, 4, 4], OpenCV axes, metric
+    <clip_id>/poses.npy        P  c2w float64 [N, 4, 4], OpenCV axes, metric unless meta.pose_units says "relative"
     <clip_id>/intrinsics.npy   K  float64 [N, 4] (fx, fy, cx, cy) in pixels of video.mp4
     <clip_id>/prompt.txt       C  caption + one newline
     <clip_id>/meta.json        C, m (media metadata), q (flat metric record), π (provenance), selection
+
+``meta.pose_units`` is ``"metric"`` (the default when absent: every GT source and the rendered
+worlds) or ``"relative"`` (translation known only up to one global scale, e.g. a structure-from-
+motion estimate); relative clips fail the metric camera gates by name.
 
 Writing is atomic (a temporary sibling folder renamed into place); reading validates that
 frames, poses and intrinsics share exactly the same frame indices and are well formed.
@@ -24,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from solarwm.camera.integrity import POSE_UNITS
 from solarwm.camera.se3 import PoseError, check_se3
 from solarwm.data.video import VideoError, probe_video, read_video, write_video
 
@@ -74,6 +79,14 @@ class Clip:
         if self.selection is not None:
             doc["selection"] = self.selection
         return doc
+
+
+def pose_units(meta: dict[str, Any]) -> str:
+    """The clip's ``meta.pose_units`` (``"metric"`` when absent); raises ``ClipError`` on an unknown value."""
+    units = meta.get("pose_units", "metric")
+    if units not in POSE_UNITS:
+        raise ClipError(str(meta.get("clip_id", "?")), "pose_units", f"must be one of {POSE_UNITS}, got {units!r}")
+    return units
 
 
 def check_alignment(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int | None) -> list[ClipError]:
@@ -132,6 +145,7 @@ def write_clip(
         errors = _check_arrays(clip.clip_id, c2w, K, len(clip.frames))
         if errors:
             raise errors[0]
+        pose_units(clip.meta)
     tmp = corpus_dir / f".{clip.clip_id}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

@@ -18,7 +18,7 @@ import numpy as np
 from solarwm.camera.integrity import camera_integrity
 from solarwm.data.annotate import visual
 from solarwm.data.annotate.vlm import VLMConfig, caption_frames
-from solarwm.data.contract import ClipError, check_alignment, read_clip
+from solarwm.data.contract import ClipError, check_alignment, pose_units, read_clip
 from solarwm.data.video import VideoError, read_video
 
 
@@ -119,8 +119,9 @@ def run_camera(ctx: ClipContext, config: AnnotateConfig) -> dict[str, Any]:
     errors = check_alignment(ctx.folder.name, c2w, K, m.get("num_frames"))
     if errors:
         raise errors[0]
-    # scale=None: the contract stores metric poses; per-frame Sim(3) scales are not part of it yet.
-    out = camera_integrity(c2w, K, int(m["width"]), int(m["height"]))
+    # scale=None: per-frame Sim(3) scales are not part of the contract yet; relative poses
+    # (meta.pose_units) get no scale keys and fail the metric camera gates by name.
+    out = camera_integrity(c2w, K, int(m["width"]), int(m["height"]), pose_units=pose_units(m))
     # Belt and braces: a non-finite number must never reach a gate, so it is left out.
     return {k: v for k, v in out.items() if not (isinstance(v, float) and not math.isfinite(v))}
 
@@ -200,7 +201,7 @@ def _libs(*names: str) -> str:
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
-        Stage("camera", run_camera, lambda c: "1"),
+        Stage("camera", run_camera, lambda c: "2"),  # 2: camera.pose_units
         Stage("saturation", run_saturation, lambda c: "1/" + _libs("opencv")),
         Stage("vmaf", run_vmaf, lambda c: "1/" + _libs("libavfilter")),
         Stage("cuts", run_cuts, lambda c: "1/" + _libs("scenedetect")),

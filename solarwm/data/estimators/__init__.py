@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-POSE_UNITS = ("metric", "relative")
+from solarwm.data.contract import POSE_UNITS  # noqa: F401  (re-exported: one definition, in the contract)
 
 
 class EstimatorUnavailable(RuntimeError):
@@ -76,3 +76,8 @@ def get_estimator(name: str, weights: str | None = None, **options: Any) -> Pose
     if name not in ESTIMATORS:
         raise EstimatorUnavailable(name, f"unknown estimator; known: {', '.join(sorted(ESTIMATORS)) or 'none'}")
     return ESTIMATORS[name](weights=weights, **options)
+
+
+# Plug-ins register themselves on import; importing them here makes every name known to
+# ``get_estimator``. They import their heavy dependencies (torch, model code) only when built.
+from solarwm.data.estimators import geocalib, moge2, pi3x, sfm, vipe  # noqa: E402,F401

@@ -32,6 +32,7 @@ COLUMNS: dict[str, str] = {
     "height": NUMBER,
     "caption": TEXT,  # A: non-empty after stripping
     "camera.finite": BOOL,
+    "camera.pose_units": TEXT,  # "metric" or "relative" (up to scale); camera gates need "metric"
     "camera.fov_x_min": NUMBER,
     "camera.fov_x_max": NUMBER,
     "camera.fov_y_min": NUMBER,
@@ -203,7 +204,8 @@ def parse_gate(gate: Any, source: str = "<policy>", where: str = "gate") -> list
         if arg not in CAMERA_GATES:
             raise PolicyError(source, at, f"unknown camera gate {arg!r}; allowed {sorted(CAMERA_GATES)}")
         fov_max = CAMERA_GATES[arg]
-        checks = [Check("is_true", ("camera.finite",), where=at)]
+        checks = [Check("is_true", ("camera.finite",), where=at),
+                  Check("eq", ("camera.pose_units",), value="metric", where=at)]
         for axis in ("x", "y"):
             checks.append(Check("range", (f"camera.fov_{axis}_min",), min=25.0, where=at))
             checks.append(Check("range", (f"camera.fov_{axis}_max",), max=fov_max, where=at))
