@@ -171,6 +171,27 @@ def write_clip(
     return final
 
 
+def write_failed_clip(
+    corpus_dir: str | Path, cid: str, stage: str, version: str, error: str, provenance: dict[str, Any],
+) -> Path:
+    """Record ``cid`` as failed at ``stage``: a ``meta.json``-only clip folder, written atomically.
+
+    ``provenance.stages[stage]`` is ``{"status": "failed", "version", "error"}``, so
+    `solarwm.data.accounting.account` counts the clip as failed with its reason; a later
+    successful ``write_clip`` of the same id replaces the record.
+    """
+    folder = Path(corpus_dir) / cid
+    prov = {**provenance, "stages": {stage: {"status": "failed", "version": version, "error": error}}}
+    doc = {"schema": SCHEMA, "clip_id": cid, "caption": "", "meta": {}, "metrics": {}, "provenance": prov}
+    tmp = folder.parent / f".{folder.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "meta.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
 def read_meta(folder: str | Path) -> dict[str, Any]:
     """Parse ``meta.json`` of a clip folder; raises ``ClipError`` (check ``meta``) if absent or invalid."""
     folder = Path(folder)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from solarwm.data.accounting import account
-from solarwm.data.contract import FILES, SCHEMA, Clip, ClipError, clip_id, read_meta, write_clip
+from solarwm.data.contract import FILES, Clip, ClipError, clip_id, read_meta, write_clip, write_failed_clip
 from solarwm.data.executor import map_tasks
 from solarwm.data.sources import conversions as cv
 from solarwm.data.sources.bridge import windowed_metric_scale
@@ -86,22 +85,11 @@ def _estimator(cfg: IngestConfig) -> Any:
     return found
 
 
-def _write_record(folder: Path, doc: dict[str, Any]) -> None:
-    """Write a meta.json-only clip folder atomically (a failed clip record)."""
-    tmp = folder.parent / f".{folder.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    (tmp / "meta.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
-
-
 def _failed(out: Path, cid: str, provenance: dict[str, Any], defect: Exception) -> dict[str, Any]:
     """Record ``cid`` as failed at stage ``ingest``; returns the task's record of it."""
     reason = defect.reason if isinstance(defect, SourceDefect) else "ingest_error"
     error = str(defect) if isinstance(defect, SourceDefect) else f"ingest_error: {type(defect).__name__}: {defect}"
-    prov = {**provenance, "stages": {"ingest": {"status": "failed", "version": INGEST_VERSION, "error": error}}}
-    _write_record(out / cid, {"schema": SCHEMA, "clip_id": cid, "caption": "", "meta": {}, "metrics": {}, "provenance": prov})
+    write_failed_clip(out, cid, "ingest", INGEST_VERSION, error, provenance)
     return {"clip": cid, "status": "failed", "reason": reason, "error": error}
 
 
