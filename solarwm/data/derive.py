@@ -121,7 +121,7 @@ class CleanPlate:
         with safe_open(str(lora), framework="pt") as f:
             factor = int((f.metadata() or {}).get("reference_downscale_factor", 1))
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        pipe = LTX2InContextPipeline.from_pretrained(str(weights), torch_dtype=dtype, use_safetensors=True)
+        pipe = LTX2InContextPipeline.from_pretrained(str(weights), dtype=dtype, use_safetensors=True)
         pipe.load_lora_weights(str(lora.parent), weight_name=lora.name, adapter_name="clean_plate")
         pipe.set_adapters("clean_plate", STRENGTH)
         pipe.set_progress_bar_config(disable=True)
