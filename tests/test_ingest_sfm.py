@@ -9,7 +9,9 @@ after Sim(3) → ``annotate --stages camera`` → the policy engine fails the me
 name. The frames are 160×120 (at 128×96 too few corners survive the 125° turn to score a focal).
 
 Bound: on this world (81 frames at 16 fps, walk-and-turn arc, K estimated) cpu-sfm's largest
-rotation error after a Sim(3) fit of camera centres was {MEASURED}; the test asserts {BOUND}°.
+rotation error after a Sim(3) fit of camera centres was 4.7° (focal within 4%); the test asserts
+8°. The same arc through the worlds of seeds 1 and 2 gave 24° and 27° without a failure being
+raised: a long fast turn is where cpu-sfm is weakest, so this is a path test, not an accuracy claim.
 
 The non-metric ground-truth sources (abot, sekai_game) need a *metric* reference estimator for
 their scale bridge: cpu-sfm declares relative units and is refused with
