@@ -75,7 +75,8 @@ def main() -> None:
                 print(json.dumps({**row, "error": str(e)}))
                 continue
             row.update({k: (round(v, 3) if isinstance(v, float) else v) for k, v in errors(est.c2w, traj.c2w).items()})
-            row.update(rmse_px=est.diagnostics["reprojection_rmse_px"], seconds=round(time.perf_counter() - t0, 2))
+            row.update(rmse_px=est.diagnostics["reprojection_rmse_px"], rot_std=est.diagnostics.get("rot_std_deg_max"),
+                       seconds=round(time.perf_counter() - t0, 2))
             if not known:
                 row["focal_rel_err"] = round(float(est.K[0, 0] / traj.K[0, 0] - 1), 3)
             print(json.dumps(row))

@@ -44,14 +44,15 @@ class World:
 
 
 @functools.lru_cache(maxsize=None)
-def make_world(n: int, fps: float, seed: int = 0, fov_x_deg: float = 70.0) -> World:
-    """A walk along an arc (forward, turning, slight rise) through a random textured world."""
+def make_world(n: int, fps: float, seed: int = 0, fov_x_deg: float = 70.0, width: int = WIDTH,
+               height: int = HEIGHT) -> World:
+    """A walk along an arc (forward, turning, slight rise) through a random textured world (``width × height``)."""
     sec = (n - 1) / fps
     seg = T.Segment(n - 1, forward=1.2 * sec, yaw=25.0 * sec, up=0.1 * sec)
-    traj = T.compose_segments([seg], fps=fps, width=WIDTH, height=HEIGHT, fov_x_deg=fov_x_deg,
+    traj = T.compose_segments([seg], fps=fps, width=width, height=height, fov_x_deg=fov_x_deg,
                               start=(0.0, 0.0, 1.5), start_yaw=30.0 * seed, blend_steps=0)
     scene = make_scene(np.random.default_rng(seed), traj.c2w)
-    frames = render_views(scene, traj.c2w, traj.K, WIDTH, HEIGHT)
+    frames = render_views(scene, traj.c2w, traj.K, width, height)
     frames.setflags(write=False)
     return World(frames, traj.c2w, traj.K, float(fps))
 
@@ -155,9 +156,9 @@ def dumps(obj: object) -> bytes:
 
 
 @functools.lru_cache(maxsize=None)
-def world_mp4(n: int, fps: float, seed: int = 0) -> bytes:
+def world_mp4(n: int, fps: float, seed: int = 0, width: int = WIDTH, height: int = HEIGHT) -> bytes:
     """The world's frames as mp4 bytes (encoded once per test session)."""
-    return encode_video_bytes(np.asarray(make_world(n, fps, seed).frames), fps)
+    return encode_video_bytes(np.asarray(make_world(n, fps, seed, width=width, height=height).frames), fps)
 
 
 # ---------------------------------------------------------------- abot

@@ -2,8 +2,9 @@
 
 Measured bound (``benchmarks/pose_estimate.py``, 256×192, 24 frames at 16 fps, fov 70°): after a
 robust Sim(3) alignment of camera centres (``sim3.robust_umeyama``) the largest per-frame
-rotation error was 1.6° (walk-and-turn arc) and 3.5° (diagonal climb) with known K, and 6.0° on
-the diagonal climb with K estimated. The test asserts 5° with known K and 8° with estimated K.
+rotation error was 1.6° (walk-and-turn arc) and 3.5° (diagonal climb) with known K, and 6.7° on
+the diagonal climb with K estimated (cpu-sfm v2; 6.0° with v1). The test asserts 5° with known K
+and 8° with estimated K. The seeded random clips at the end use an alignment-free error instead.
 """
 
 from __future__ import annotations
@@ -73,3 +74,32 @@ def test_registry_names_the_cpu_estimator():
     assert "cpu-sfm" in ESTIMATORS
     with pytest.raises(EstimationError, match="no weights"):
         get_estimator("cpu-sfm", weights="/some/path")
+
+
+def rotation_error_rel0_deg(est: np.ndarray, gt: np.ndarray) -> np.ndarray:
+    """Per-frame error [F] of each rotation relative to frame 0: free of the world gauge and of scale."""
+    rel_est = np.swapaxes(est[:1, :3, :3], 1, 2) @ est[:, :3, :3]
+    rel_gt = np.swapaxes(gt[:1, :3, :3], 1, 2) @ gt[:, :3, :3]
+    return np.degrees(Rotation.from_matrix(np.swapaxes(rel_est, 1, 2) @ rel_gt).magnitude())
+
+
+# Measured over the benchmark's 7 seeded random clips (benchmarks/pose_estimate.py --random 7, K
+# estimated and known): every clip that was not failed had a rotation error relative to frame 0
+# under 11°. Sim(3)-of-centres errors are not used here: these paths are short and often nearly
+# straight, so the alignment's rotation about the path is undetermined (it reads up to 180°).
+RANDOM_REL0_BOUND_DEG = 12.0
+NAMED_FAILURES = ("too few features", "focal:", "initialisation:", "frame ", "bundle adjustment:", "ill-conditioned:")
+
+
+@pytest.mark.parametrize("i", [0, 1, 2])
+def test_random_clips_fail_by_name_or_stay_within_the_bound(i):
+    from solarwm.data.sources.synthetic import sample_trajectory
+
+    traj = sample_trajectory(np.random.default_rng([7, i]), F, W, H, 16.0)  # the benchmark's clip random{i}
+    frames = render_clip(make_scene(np.random.default_rng(100 + i), traj.c2w), traj)
+    try:
+        est = get_estimator("cpu-sfm").estimate(frames, None, 16.0)
+    except EstimationError as e:
+        assert str(e).startswith(NAMED_FAILURES), str(e)
+        return
+    assert rotation_error_rel0_deg(est.c2w, traj.c2w).max() < RANDOM_REL0_BOUND_DEG

@@ -48,7 +48,11 @@ class PoseEstimate:
 
 
 class PoseEstimator(Protocol):
-    """What every plug-in provides."""
+    """What every plug-in provides.
+
+    A plug-in may also declare ``pose_units`` (``"metric"`` or ``"relative"``) as an attribute when
+    its units are known before it runs; the metric bridge then refuses a relative one up front.
+    """
 
     name: str
     version: str

@@ -31,7 +31,8 @@ class Observations:
 
 @dataclass
 class BundleResult:
-    """Refined w2c ``rvec, t [F, 3]``, points ``[P, 3]``, intrinsics ``[F, 4]``, per-observation pixel errors ``[M]``."""
+    """Refined w2c ``rvec, t [F, 3]``, points ``[P, 3]``, intrinsics ``[F, 4]``, per-observation pixel errors ``[M]``,
+    and each frame's rotation uncertainty."""
 
     rvec: np.ndarray
     t: np.ndarray
@@ -39,6 +40,7 @@ class BundleResult:
     K: np.ndarray
     errors: np.ndarray
     iterations: int
+    rot_std_deg: np.ndarray  # [F] 1-sigma rotation uncertainty per frame (frame 0, the gauge, is 0)
 
 
 def _skew(v: np.ndarray) -> np.ndarray:
@@ -91,35 +93,8 @@ def _bundle_adjust(
     res, RX, cam, z, k = _residuals(R, t, X, K, obs)
     current, w = cost(res)
     lam, it = 1e-3, 0
-    moving = obs.frame > 0
     for it in range(1, max_iterations + 1):
-        # d(uv)/d(cam point) [M, 2, 3]; perturbations: R <- exp(dw) R, t <- t + dt, X <- X + dX.
-        dproj = np.zeros((m, 2, 3))
-        dproj[:, 0, 0], dproj[:, 0, 2] = k[:, 0] / z, -k[:, 0] * cam[:, 0] / z**2
-        dproj[:, 1, 1], dproj[:, 1, 2] = k[:, 1] / z, -k[:, 1] * cam[:, 1] / z**2
-        J_rot = -dproj @ _skew(RX)
-        J_pt = dproj @ R[obs.frame]
-        J_cam = np.concatenate([J_rot, dproj], axis=2)  # [M, 2, 6]
-        rows = np.repeat(np.arange(2 * m).reshape(m, 2, 1), 6, axis=2)[moving].ravel()
-        cols = (6 * (obs.frame[moving] - 1)[:, None, None] + np.arange(6)[None, None, :]).repeat(2, axis=1).ravel()
-        vals = J_cam[moving].ravel()
-        if free_focal:
-            rows = np.concatenate([rows, np.arange(2 * m)])
-            cols = np.concatenate([cols, np.full(2 * m, nc - 1)])
-            vals = np.concatenate([vals, (cam[:, :2] / z[:, None]).ravel()])
-        Jc = sp.csr_matrix((vals, (rows, cols)), shape=(2 * m, nc))
-        Jp_rows = np.repeat(np.arange(2 * m).reshape(m, 2, 1), 3, axis=2).ravel()
-        Jp_cols = (3 * obs.point[:, None, None] + np.arange(3)[None, None, :]).repeat(2, axis=1).ravel()
-        Jp = sp.csr_matrix((J_pt.ravel(), (Jp_rows, Jp_cols)), shape=(2 * m, 3 * n_points))
-        sw = sp.diags(np.sqrt(np.repeat(w, 2)))
-        Jc_w, Jp_w, r_w = (sw @ Jc).tocsr(), (sw @ Jp).tocsr(), np.sqrt(np.repeat(w, 2)) * res.ravel()
-        U = (Jc_w.T @ Jc_w).toarray()
-        # Camera-point coupling, dense [nc, P, 3]: small next to the points, and dense products are fast.
-        Wcp = (Jc_w.T @ Jp_w).toarray().reshape(nc, n_points, 3)
-        V = np.zeros((n_points, 3, 3))
-        np.add.at(V, obs.point, np.einsum("mai,ma,maj->mij", J_pt, np.repeat(w[:, None], 2, 1), J_pt))
-        gc = Jc_w.T @ r_w
-        gp = (Jp_w.T @ r_w).reshape(-1, 3)
+        U, Wcp, V, gc, gp = _normal_equations(R, RX, cam, z, k, w, res, obs, n_frames, n_points, free_focal)
 
         improved = False
         while not improved and lam < 1e8:
@@ -155,4 +130,51 @@ def _bundle_adjust(
                 lam *= 10
         if not improved or done:
             break
-    return BundleResult(Rotation.from_matrix(R).as_rotvec(), t, X, K, np.linalg.norm(res, axis=1), it)
+    # Uncertainty of each rotation at the solution: the camera block of the inverse Gauss–Newton
+    # matrix (points eliminated, global scale — a null direction — left out by the pseudo-inverse),
+    # scaled by the residual variance. A flat valley (rotation traded for translation) shows up here.
+    U, Wcp, V, _, _ = _normal_equations(R, RX, cam, z, k, w, res, obs, n_frames, n_points, free_focal)
+    nc = U.shape[0]
+    WV = np.einsum("cpi,pij->cpj", Wcp, np.linalg.pinv(V))
+    S = U - WV.reshape(nc, -1) @ Wcp.reshape(nc, -1).T
+    dof = max(2 * m - nc - 3 * n_points, 1)
+    cov = np.linalg.pinv(S, rcond=1e-10, hermitian=True) * float((w * (res**2).sum(1)).sum()) / dof
+    rot_std = np.zeros(n_frames)
+    for f in range(1, n_frames):
+        block = cov[6 * (f - 1): 6 * (f - 1) + 3, 6 * (f - 1): 6 * (f - 1) + 3]
+        rot_std[f] = np.degrees(np.sqrt(max(float(np.linalg.eigvalsh(block).max()), 0.0)))
+    return BundleResult(Rotation.from_matrix(R).as_rotvec(), t, X, K, np.linalg.norm(res, axis=1), it, rot_std)
+
+
+def _normal_equations(R, RX, cam, z, k, w, res, obs, n_frames, n_points, free_focal):
+    """Gauss–Newton blocks at the current state: camera ``U [C, C]``, coupling ``Wcp [C, P, 3]``, points
+    ``V [P, 3, 3]`` and gradients ``gc [C]``, ``gp [P, 3]`` (Huber-weighted; frame 0 fixed)."""
+    m = len(obs.frame)
+    nc = 6 * (n_frames - 1) + int(free_focal)
+    moving = obs.frame > 0
+    # d(uv)/d(cam point) [M, 2, 3]; perturbations: R <- exp(dw) R, t <- t + dt, X <- X + dX.
+    dproj = np.zeros((m, 2, 3))
+    dproj[:, 0, 0], dproj[:, 0, 2] = k[:, 0] / z, -k[:, 0] * cam[:, 0] / z**2
+    dproj[:, 1, 1], dproj[:, 1, 2] = k[:, 1] / z, -k[:, 1] * cam[:, 1] / z**2
+    J_rot = -dproj @ _skew(RX)
+    J_pt = dproj @ R[obs.frame]
+    J_cam = np.concatenate([J_rot, dproj], axis=2)  # [M, 2, 6]
+    rows = np.repeat(np.arange(2 * m).reshape(m, 2, 1), 6, axis=2)[moving].ravel()
+    cols = (6 * (obs.frame[moving] - 1)[:, None, None] + np.arange(6)[None, None, :]).repeat(2, axis=1).ravel()
+    vals = J_cam[moving].ravel()
+    if free_focal:
+        rows = np.concatenate([rows, np.arange(2 * m)])
+        cols = np.concatenate([cols, np.full(2 * m, nc - 1)])
+        vals = np.concatenate([vals, (cam[:, :2] / z[:, None]).ravel()])
+    Jc = sp.csr_matrix((vals, (rows, cols)), shape=(2 * m, nc))
+    Jp_rows = np.repeat(np.arange(2 * m).reshape(m, 2, 1), 3, axis=2).ravel()
+    Jp_cols = (3 * obs.point[:, None, None] + np.arange(3)[None, None, :]).repeat(2, axis=1).ravel()
+    Jp = sp.csr_matrix((J_pt.ravel(), (Jp_rows, Jp_cols)), shape=(2 * m, 3 * n_points))
+    sw = sp.diags(np.sqrt(np.repeat(w, 2)))
+    Jc_w, Jp_w, r_w = (sw @ Jc).tocsr(), (sw @ Jp).tocsr(), np.sqrt(np.repeat(w, 2)) * res.ravel()
+    U = (Jc_w.T @ Jc_w).toarray()
+    # Camera-point coupling, dense [nc, P, 3]: small next to the points, and dense products are fast.
+    Wcp = (Jc_w.T @ Jp_w).toarray().reshape(nc, n_points, 3)
+    V = np.zeros((n_points, 3, 3))
+    np.add.at(V, obs.point, np.einsum("mai,ma,maj->mij", J_pt, np.repeat(w[:, None], 2, 1), J_pt))
+    return U, Wcp, V, Jc_w.T @ r_w, (Jp_w.T @ r_w).reshape(-1, 3)

@@ -59,6 +59,8 @@ class SfmOptions:
     max_rmse_px: float = 2.0
     focal_fov_deg: tuple[float, float] = (30.0, 110.0)
     focal_candidates: int = 33
+    focal_pairs: int = 4
+    max_rot_std_deg: float = 1.0
 
 
 def track_features(frames: np.ndarray, opts: SfmOptions) -> Observations:
@@ -156,11 +158,14 @@ def estimate_focal(obs: Observations, num_frames: int, width: int, height: int, 
     lo, hi = (math.radians(a) for a in opts.focal_fov_deg)
     fovs = np.linspace(lo, hi, opts.focal_candidates)
     focals = width / (2.0 * np.tan(fovs / 2.0))
-    step = max(1, (num_frames - 1) // 3)
-    pairs = [(a, min(a + step, num_frames - 1)) for a in range(0, num_frames - 1, step)][:3]
     scores = np.zeros(len(focals))
-    for a, b in pairs:
+    # Pairs: from a few anchors spread over the clip, the farthest later frame that still shares
+    # half of the anchor's tracks — wide enough to see the focal, short enough to survive fast turns.
+    for a in np.unique(np.linspace(0, num_frames - 2, opts.focal_pairs).astype(int)):
         ta, ua = obs.point[obs.frame == a], obs.uv[obs.frame == a]
+        b = a + 1
+        while b + 1 < num_frames and len(np.intersect1d(ta, obs.point[obs.frame == b + 1])) >= max(opts.min_inliers, len(ta) / 2):
+            b += 1
         tb, ub = obs.point[obs.frame == b], obs.uv[obs.frame == b]
         common, ia, ib = np.intersect1d(ta, tb, return_indices=True)
         if len(common) < opts.min_inliers:
@@ -181,7 +186,8 @@ class CpuSfm:
     """Structure from motion on the CPU (OpenCV tracks + essential matrix + PnP + SciPy bundle adjustment)."""
 
     name = "cpu-sfm"
-    version = "1"
+    version = "2"
+    pose_units = "relative"  # declared up front: the metric bridge refuses it before running
 
     def __init__(self, weights: str | None = None, **options: Any):
         if weights:
@@ -212,6 +218,9 @@ class CpuSfm:
         xn = _normalised(obs.uv, K[obs.frame])
         thr = opts.ransac_px / float(np.median(K[:, :2]))
 
+        order = np.argsort(obs.point, kind="stable")
+        splits = np.flatnonzero(np.diff(obs.point[order])) + 1
+        by_track = {int(obs.point[g[0]]): g for g in np.split(order, splits)}
         rvec, tvec = np.zeros((n, 3)), np.zeros((n, 3))
         registered = np.zeros(n, bool)
         registered[0] = True
@@ -269,7 +278,7 @@ class CpuSfm:
             rv, tv = cv2.solvePnPRefineLM(obj[inl.ravel()], img[inl.ravel()], np.eye(3), None, rv, tv)
             rvec[k], tvec[k], registered[k] = rv.ravel(), tv.ravel(), True
             pnp_inliers[int(k)] = n_inl
-            self._triangulate_new(k, obs, xn, rvec, tvec, registered, points, 2 * thr)
+            self._triangulate_new(k, obs, by_track, xn, rvec, tvec, registered, points, 2 * thr)
         diag["pnp_inliers"] = [pnp_inliers[k] for k in range(n)]
 
         # 4. bundle adjustment, twice: the second pass without outlier observations
@@ -291,11 +300,22 @@ class CpuSfm:
         errors = result.errors[result.errors <= opts.outlier_px]
         rmse = float(np.sqrt(np.mean(errors**2))) if len(errors) else math.inf
         diag.update(points=int(len(points)), ba_observations=int(use.sum()), ba_iterations=result.iterations,
-                    reprojection_rmse_px=round(rmse, 4), focal_source=focal_source)
+                    reprojection_rmse_px=round(rmse, 4), focal_source=focal_source,
+                    rot_std_deg_max=round(float(result.rot_std_deg.max()), 4))
         if focal_source == "estimated":
             diag["focal_px"] = round(float(K[0, 0]), 3)
         if not rmse <= opts.max_rmse_px:
             raise EstimationError(f"bundle adjustment: reprojection RMSE {rmse:.3f} px > {opts.max_rmse_px} px")
+        if focal_source == "estimated":
+            # A refined focal that left the searched field-of-view range came with a wrong trajectory in
+            # every such benchmark clip (rotation traded for focal): fail the clip rather than return it.
+            fov = math.degrees(2.0 * math.atan(w / (2.0 * float(K[0, 0]))))
+            lo, hi = opts.focal_fov_deg
+            if not lo <= fov <= hi:
+                raise EstimationError(f"focal: refined field of view {fov:.1f} deg is outside the searched {lo:g}-{hi:g} deg")
+        if diag["rot_std_deg_max"] > opts.max_rot_std_deg:
+            raise EstimationError(f"ill-conditioned: a rotation is known only to {diag['rot_std_deg_max']:.2f} deg "
+                                  f"(1 sigma) > {opts.max_rot_std_deg} deg")
 
         w2c = np.stack([_w2c(r, t) for r, t in zip(rvec, tvec)])
         Xall = np.array(list(points.values()))
@@ -308,8 +328,9 @@ class CpuSfm:
         return PoseEstimate(c2w=c2w, K=K, pose_units="relative", estimator=self.name, version=self.version,
                             diagnostics=diag)
 
-    def _triangulate_new(self, k: int, obs: Observations, xn: np.ndarray, rvec: np.ndarray, tvec: np.ndarray,
-                         registered: np.ndarray, points: dict[int, np.ndarray], max_err: float) -> None:
+    def _triangulate_new(self, k: int, obs: Observations, by_track: dict[int, np.ndarray], xn: np.ndarray,
+                         rvec: np.ndarray, tvec: np.ndarray, registered: np.ndarray, points: dict[int, np.ndarray],
+                         max_err: float) -> None:
         """Triangulate frame ``k``'s tracks that have no 3D point yet, against their earliest registered view."""
         sel = np.flatnonzero(obs.frame == k)
         fresh = [i for i in sel if int(obs.point[i]) not in points]
@@ -318,11 +339,10 @@ class CpuSfm:
         w2c_k = _w2c(rvec[k], tvec[k])
         by_frame: dict[int, list[tuple[int, int]]] = {}
         for i in fresh:
-            tr = obs.point[i]
-            views = np.flatnonzero((obs.point == tr) & registered[obs.frame] & (obs.frame != k))
+            views = by_track[int(obs.point[i])]  # in frame order (tracks are built frame by frame)
+            views = views[registered[obs.frame[views]] & (obs.frame[views] != k)]
             if len(views):
-                first = views[np.argmin(obs.frame[views])]
-                by_frame.setdefault(int(obs.frame[first]), []).append((i, int(first)))
+                by_frame.setdefault(int(obs.frame[views[0]]), []).append((i, int(views[0])))
         for a, pairs in by_frame.items():
             w2c_a = _w2c(rvec[a], tvec[a])
             ik = np.array([p[0] for p in pairs])

@@ -51,10 +51,20 @@ def windowed_metric_scale(
     Returns ``(scale, diagnostics)``; raises ``SourceDefect`` (``metric_reference_not_metric``,
     ``metric_bridge_failed``) when no trustworthy scale exists.
     """
+    from solarwm.data.estimators import EstimationError
+
+    # A plug-in that declares relative units (e.g. ``cpu-sfm``) is refused before it runs.
+    if getattr(estimator, "pose_units", "metric") != "metric":
+        raise SourceDefect("metric_reference_not_metric",
+                           f"estimator {estimator.name} returns {estimator.pose_units} poses; the bridge needs metric ones")
     per_window: list[dict[str, Any]] = []
     for idx in bridge_windows(len(gt_c2w), fps, cfg):
         span = max(int(idx[-1] - idx[0]), 1)
-        est = estimator.estimate(frames[idx], K[idx], fps * (len(idx) - 1) / span)
+        try:
+            est = estimator.estimate(frames[idx], K[idx], fps * (len(idx) - 1) / span)
+        except EstimationError as e:  # this window has no reference; the others may still agree
+            per_window.append({"frames": [int(idx[0]), int(idx[-1]) + 1], "accepted": False, "why": f"estimation_failed: {e}"})
+            continue
         if est.pose_units != "metric":
             raise SourceDefect("metric_reference_not_metric",
                                f"estimator {est.estimator} returns {est.pose_units} poses; the bridge needs metric ones")
