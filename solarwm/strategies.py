@@ -1,4 +1,4 @@
-"""Lightning strategies for the published routes: FSDP wrapped per transformer block (paper §4, 8–256 GPUs).
+"""Lightning strategies for the published routes: FSDP2 sharded per transformer block (paper §4, 8–256 GPUs).
 
 A recipe names it in YAML; the route decides the wrap unit (its adapter's ``transformer_block``)::
 
@@ -6,12 +6,18 @@ A recipe names it in YAML; the route decides the wrap unit (its adapter's ``tran
       strategy:
         class_path: solarwm.strategies.RouteFSDPStrategy
         init_args: {route: wan22_i2v_14b}        # + activation_checkpointing, sharding_strategy, ...
-      precision: bf16-mixed                       # FSDP's MixedPrecision: bf16 compute, fp32 master weights
+      precision: bf16-mixed                       # bf16 compute, fp32 master weights and gradient reduction
 
-Each transformer block is one FSDP unit (its parameters are gathered just before it runs and freed after)
-and, with ``activation_checkpointing``, one checkpointed region (its activations are recomputed in the
-backward). The codec, text encoder and camera weights stay in the root unit. ``use_orig_params`` is on
-because a unit mixes frozen and trainable parameters (LoRA, the root's frozen codec next to camera weights).
+It is Lightning's ``ModelParallelStrategy`` (PyTorch's FSDP2, ``fully_shard``) with a fixed plan instead of a
+user-written ``configure_model``: every stage's ``configure_model`` calls ``RouteFSDPStrategy.parallelize``,
+which applies ``shard_transformer``. Each transformer block is one FSDP unit (its parameters are all-gathered
+just before it runs and freed after) and, with ``activation_checkpointing``, one checkpointed region (its
+activations are recomputed in the backward); the transformer is the root unit. Every trainable parameter
+(LoRA, camera weights, the flow map's embedding) lives in the transformer, so all of them are sharded and
+their gradients reduce-scattered; the frozen codec and text encoder stay whole on each rank.
+
+FSDP2 runs on CPUs too (gloo), unlike FSDP v1 ("FSDP needs a non-CPU accelerator device"), so the same class
+the recipes use on GPUs takes real steps in the CPU test (``tests/test_strategies_fsdp.py``).
 """
 
 from __future__ import annotations
@@ -19,8 +25,12 @@ from __future__ import annotations
 import importlib
 from typing import Literal
 
-from lightning.pytorch.strategies import FSDPStrategy
+import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper, apply_activation_checkpointing
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from solarwm.backbones.base import AdapterError, route_class
 
@@ -37,35 +47,100 @@ def route_block_class(route: str) -> type[nn.Module]:
     return block
 
 
-class RouteFSDPStrategy(FSDPStrategy):
-    """``FSDPStrategy`` with the route's transformer block as wrap and activation-checkpointing unit.
+def bf16_mixed_policy() -> MixedPrecisionPolicy:
+    """bf16 parameters in forward/backward, fp32 gradient reduction; the sharded master weights stay fp32.
+
+    ``cast_forward_inputs`` is off: FSDP2 casts a unit's inputs by rebuilding every container, which turns
+    the routes' ``ContextRotary`` (a tuple carrying the call's cameras) into a plain tuple, and the block then
+    stops with "camera condition missing". Lightning's ``bf16-mixed`` autocast sets the compute dtype instead.
+    """
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+
+
+def shard_transformer(
+    transformer: nn.Module,
+    block: type[nn.Module],
+    mesh: DeviceMesh | None = None,
+    activation_checkpointing: bool = True,
+    mp_policy: MixedPrecisionPolicy | None = None,
+    reshard_after_forward: bool = True,
+    cpu_offload: bool = False,
+) -> list[nn.Module]:
+    """Shard ``transformer`` in place with FSDP2: one unit per ``block``, then the transformer as the root.
+
+    With ``activation_checkpointing`` each block is first wrapped in a ``CheckpointWrapper`` and the wrapper is
+    the unit (torchtitan's order), so the recomputation re-gathers the block's parameters. Returns the units.
+    Raises ``AdapterError`` when the transformer holds no ``block`` (FSDP would shard nothing per block).
+    """
+    if not any(isinstance(m, block) for m in transformer.modules()):
+        raise AdapterError(f"{type(transformer).__name__} holds no {block.__name__} (the FSDP wrap unit)")
+    if activation_checkpointing:
+        apply_activation_checkpointing(transformer, check_fn=lambda m: isinstance(m, block))
+    units = [
+        m for m in transformer.modules()
+        if (isinstance(m, CheckpointWrapper) and isinstance(m._checkpoint_wrapped_module, block))
+        or (isinstance(m, block) and not activation_checkpointing)
+    ]
+    kwargs = {"mesh": mesh, "mp_policy": mp_policy or MixedPrecisionPolicy(),
+              "offload_policy": CPUOffloadPolicy() if cpu_offload else None}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    for unit in units:
+        fully_shard(unit, reshard_after_forward=reshard_after_forward, **kwargs)
+    fully_shard(transformer, reshard_after_forward=reshard_after_forward, **kwargs)
+    return units
+
+
+class RouteFSDPStrategy(ModelParallelStrategy):
+    """FSDP2 (``ModelParallelStrategy``, data-parallel only) with the route's transformer block as the unit.
 
     Args:
         route: the backbone route (``wan22_ti2v_5b``, ``wan22_i2v_14b``, ``ltx25``, ``minimax_h3``).
         activation_checkpointing: recompute each block's activations in the backward.
-        sharding_strategy: ``FULL_SHARD`` (ZeRO-3), ``SHARD_GRAD_OP`` (ZeRO-2), ``HYBRID_SHARD``, ``NO_SHARD``.
+        sharding_strategy: ``FULL_SHARD`` (ZeRO-3: re-shard after forward) or ``SHARD_GRAD_OP`` (ZeRO-2: keep
+            the gathered parameters from forward to backward).
         state_dict_type: ``full`` (one checkpoint file, gathered on rank 0) or ``sharded`` (one per rank).
-        cpu_offload: keep parameters and gradients on the CPU between uses.
-        process_group_backend: ``nccl`` on GPUs (default), ``gloo`` on CPUs.
+        cpu_offload: keep sharded parameters, gradients and optimizer states on the CPU between uses.
+        process_group_backend: ``nccl`` on GPUs (the default there), ``gloo`` on CPUs (the default there).
     """
 
     def __init__(
         self,
         route: str,
         activation_checkpointing: bool = True,
-        sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"] = "FULL_SHARD",
+        sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP"] = "FULL_SHARD",
         state_dict_type: Literal["full", "sharded"] = "full",
         cpu_offload: bool = False,
         process_group_backend: str | None = None,
     ) -> None:
-        block = route_block_class(route)
+        if sharding_strategy not in ("FULL_SHARD", "SHARD_GRAD_OP"):
+            raise ValueError(f"sharding_strategy {sharding_strategy!r}: use FULL_SHARD or SHARD_GRAD_OP "
+                             "(for no sharding use `--trainer.strategy ddp`)")
         self.route = route
+        self.block = route_block_class(route)
+        self.activation_checkpointing = activation_checkpointing
+        self.sharding_strategy = sharding_strategy
+        self.cpu_offload = cpu_offload
         super().__init__(
-            auto_wrap_policy={block},
-            activation_checkpointing_policy={block} if activation_checkpointing else None,
-            sharding_strategy=sharding_strategy,
-            state_dict_type=state_dict_type,
-            cpu_offload=cpu_offload,
+            tensor_parallel_size=1,
+            save_distributed_checkpoint=state_dict_type == "sharded",
             process_group_backend=process_group_backend,
-            use_orig_params=True,
+        )
+
+    def setup_environment(self) -> None:
+        """Every rank is a data-parallel (sharding) rank: the mesh is ``(world_size, 1)``."""
+        self._data_parallel_size = self.num_nodes * self.num_processes
+        super().setup_environment()
+
+    def mixed_precision_policy(self) -> MixedPrecisionPolicy | None:
+        """FSDP2's bf16 policy when the trainer's precision is ``bf16-mixed``; None otherwise."""
+        return bf16_mixed_policy() if self.precision_plugin.precision == "bf16-mixed" else None
+
+    def parallelize(self, transformer: nn.Module) -> None:
+        """Shard ``transformer`` with the route's plan (idempotent: ``configure_model`` may run twice)."""
+        if isinstance(transformer, FSDPModule):
+            return
+        shard_transformer(
+            transformer, self.block, mesh=self.device_mesh["data_parallel"],
+            activation_checkpointing=self.activation_checkpointing, mp_policy=self.mixed_precision_policy(),
+            reshard_after_forward=self.sharding_strategy == "FULL_SHARD", cpu_offload=self.cpu_offload,
         )

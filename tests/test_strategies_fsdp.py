@@ -1,13 +1,17 @@
 """FSDP settings of the published recipes: per-block wrap, activation checkpointing, bf16 mixed precision.
 
-PyTorch's FSDP (v1, what Lightning's ``FSDPStrategy`` wraps) refuses to run without an accelerator
-("FSDP needs a non-CPU accelerator device"), so on the CPU this checks that every published recipe builds
-its strategy with the route's transformer block as the wrap and checkpoint unit, and that this unit is what
-the route's transformer is made of. The step itself runs where a GPU is present.
+``RouteFSDPStrategy`` is FSDP2 (``fully_shard``, through Lightning's ``ModelParallelStrategy``), which runs on
+CPUs with gloo, so the same class the recipes name on GPUs takes real steps here: two ``solarwm fit`` processes
+on the tiny stage-1 config with the published settings (``bf16-mixed``, per-block units, activation
+checkpointing, gradient clipping by norm). bf16 on the CPU needs no override: every op of the tiny Wan2.2
+route runs in bf16 there (the FSDP2 policy casts the gathered parameters, Lightning's autocast the inputs).
+(FSDP v1, which the strategy used before, refuses the CPU: "FSDP needs a non-CPU accelerator device".)
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
@@ -16,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 
 from solarwm.backbones.base import AdapterError, route_class
 from solarwm.strategies import RouteFSDPStrategy, route_block_class
@@ -34,10 +39,33 @@ def test_published_recipe_builds_fsdp_per_transformer_block(short: str, stage: s
     assert spec.init_args.route == ROUTES[short] and spec.init_args.activation_checkpointing is True
     assert config.trainer.precision == "bf16-mixed"
     strategy = RouteFSDPStrategy(**vars(spec.init_args))
-    block = route_block_class(ROUTES[short])
-    assert strategy.kwargs["auto_wrap_policy"]._module_classes == {block}  # torch's ModuleWrapPolicy
-    assert strategy._activation_checkpointing_kwargs["auto_wrap_policy"]._module_classes == {block}
-    assert strategy.kwargs["use_orig_params"] is True  # units mix frozen and trainable parameters
+    assert strategy.block is route_block_class(ROUTES[short]) and strategy.activation_checkpointing
+    assert strategy.sharding_strategy == "FULL_SHARD" and strategy._tensor_parallel_size == 1
+
+
+@pytest.mark.parametrize("route", sorted(set(ROUTES.values())))
+def test_shard_transformer_makes_one_checkpointed_unit_per_block(route: str) -> None:
+    """On a 1-process gloo group: every block becomes a checkpoint wrapper that is its own FSDP unit."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    from solarwm.strategies import bf16_mixed_policy, shard_transformer
+
+    torch.manual_seed(0)
+    transformer = route_class(route)(preset="tiny").transformer
+    block = route_block_class(route)
+    blocks = sum(isinstance(m, block) for m in transformer.modules())
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    try:
+        units = shard_transformer(transformer, block, mp_policy=bf16_mixed_policy())
+    finally:
+        dist.destroy_process_group()
+    assert len(units) == blocks >= 2
+    assert all(isinstance(u, CheckpointWrapper) and isinstance(u, FSDPModule) for u in units)
+    assert isinstance(transformer, FSDPModule)  # the root unit
+    assert all(isinstance(p, DTensor) for p in transformer.parameters())
 
 
 @pytest.mark.parametrize("route", sorted(set(ROUTES.values())))
@@ -54,24 +82,61 @@ def test_unknown_route_is_a_named_error() -> None:
         RouteFSDPStrategy(route="nope")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="FSDP (v1) needs an accelerator")
-def test_fsdp_takes_steps_on_the_tiny_config(tmp_path: Path) -> None:
-    """Stage 1 on the GPU(s) with the published FSDP settings (bf16-mixed, per-block wrap and checkpointing)."""
+def test_unsupported_sharding_strategy_is_a_named_error() -> None:
+    with pytest.raises(ValueError, match="HYBRID_SHARD.*FULL_SHARD or SHARD_GRAD_OP"):
+        RouteFSDPStrategy(route="wan22_ti2v_5b", sharding_strategy="HYBRID_SHARD")
+
+
+def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
+    """Stage 1, tiny Wan2.2-TI2V-5B, 2 gloo processes, the published settings: 2 optimizer steps.
+
+    Checks: finite losses; every trainable parameter is a DTensor of which each rank holds only a part; the
+    gathered parameters changed and are the same on both ranks; one FSDP unit per block (+ the root); bf16
+    compute with fp32 gradient reduction.
+    """
+    probe = tmp_path / "probe"
     overlay = {
         "trainer": {
-            "accelerator": "gpu", "devices": min(2, torch.cuda.device_count()), "precision": "bf16-mixed", "max_steps": 2,
+            "accelerator": "cpu", "devices": 2, "precision": "bf16-mixed", "max_steps": 2, "gradient_clip_val": 1.0,
             "strategy": {"class_path": "solarwm.strategies.RouteFSDPStrategy", "init_args": {"route": "wan22_ti2v_5b"}},
-            "callbacks": [], "logger": False, "enable_checkpointing": False, "limit_val_batches": 0,
-            "val_check_interval": None, "default_root_dir": str(tmp_path),
+            "callbacks": [{"class_path": "fsdp_probe.FSDPProbe", "init_args": {"out_dir": str(probe)}}],
+            "logger": False, "enable_checkpointing": False, "limit_val_batches": 0, "val_check_interval": None,
+            "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(tmp_path),
         },
         "data": {"init_args": {"corpus_dir": str(tmp_path / "corpus"), "num_frames": 5, "num_val_clips": 1,
-                               "synth": {"clips": 5, "frames": 9, "width": 48, "height": 32, "fps": 8.0, "seed": 0}}},
+                               "batch_size": 1, "num_workers": 0,
+                               "synth": {"clips": 3, "frames": 9, "width": 48, "height": 32, "fps": 8.0, "seed": 0}}},
     }
     path = tmp_path / "fsdp.yaml"
     path.write_text(yaml.safe_dump(overlay))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
         [sys.executable, "-m", "solarwm.cli", "fit", "--config", str(RECIPES / "tiny_bid.yaml"), "--config", str(path)],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ),
+        capture_output=True, text=True, timeout=600, env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "`Trainer.fit` stopped: `max_steps=2` reached" in result.stderr + result.stdout
+    assert "Starting with 2 processes" in result.stderr + result.stdout
+
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    block = route_block_class("wan22_ti2v_5b")
+    blocks = sum(isinstance(m, block) for m in route_class("wan22_ti2v_5b")(preset="tiny").transformer.modules())
+    for doc in ranks:
+        assert len(doc["losses"]) == 2 and all(math.isfinite(v) for v in doc["losses"])
+        assert doc["param_dtype"] == "torch.bfloat16" and doc["reduce_dtype"] == "torch.float32"
+        assert doc["units"].count("FSDPCheckpointWrapper") == blocks and len(doc["units"]) == blocks + 1
+        for name, (local, full, kind, dtype) in doc["shards"].items():
+            assert kind == "DTensor" and dtype == "torch.float32", name  # fp32 master shards
+        local, full = (sum(v[i] for v in doc["shards"].values()) for i in (0, 1))
+        assert local < 0.6 * full, (local, full)  # each rank holds about half (dim 0 is split, padded)
+    # The two ranks' shards partition each parameter (a [1, ...] parameter sits whole on rank 0).
+    for name, (local, full, *_) in ranks[0]["shards"].items():
+        assert local + ranks[1]["shards"][name][0] == full, name
+
+    before = [load_file(probe / f"rank{r}-before.safetensors") for r in (0, 1)]
+    after = [load_file(probe / f"rank{r}-after.safetensors") for r in (0, 1)]
+    assert before[0].keys() == after[0].keys() == after[1].keys() and before[0]
+    for name in after[0]:
+        assert torch.equal(after[0][name], after[1][name]), name  # the ranks agree on the gathered weights
+        assert torch.equal(before[0][name], before[1][name]), name
+    assert sum(not torch.equal(before[0][n], after[0][n]) for n in after[0]) >= len(after[0]) // 2  # the step moved them

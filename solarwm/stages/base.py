@@ -114,6 +114,19 @@ class StageModule(pl.LightningModule):
         run_seed = self._run_seed if self._run_seed is not None else torch.initial_seed()
         return SampleRNG(self.sample_index(batch), salt=run_seed * 1_000_003 + salt, device=self.device)
 
+    def configure_model(self) -> None:
+        """Shard the adapter's transformer when the strategy is ``RouteFSDPStrategy`` (its per-block FSDP2 plan)."""
+        from solarwm.strategies import RouteFSDPStrategy
+
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if isinstance(strategy, RouteFSDPStrategy):
+            for adapter in self.sharded_adapters():
+                strategy.parallelize(adapter.transformer)
+
+    def sharded_adapters(self) -> list[BackboneAdapter]:
+        """The adapters whose transformers FSDP shards (stages with several roles return each)."""
+        return [self.adapter]
+
     def on_fit_start(self) -> None:
         """Remember the run's seed (``seed_everything``) for ``sample_rng``."""
         self._run_seed = torch.initial_seed()
@@ -134,9 +147,10 @@ class StageModule(pl.LightningModule):
     def clip_grad_norm(self, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
         """Clip the gradient norm to ``max_norm``, also under FSDP.
 
-        FSDP shards the gradients, so a per-rank ``clip_grad_norm_`` would see a partial norm (Lightning
-        refuses it); the root FSDP module computes the global norm over all ranks' shards instead. It
-        clips every parameter with a gradient, so callers with several optimisers zero the others' first.
+FSDP v1 shards the gradients, so a per-rank ``clip_grad_norm_`` would see a partial norm (Lightning
+        refuses it); the root FSDP module computes the global norm over all ranks' shards instead. Under
+        FSDP2 (``RouteFSDPStrategy``) the gradients are DTensors, whose norm is already global. It clips
+        every parameter with a gradient, so callers with several optimisers zero the others' first.
         """
         from lightning.pytorch.strategies import FSDPStrategy
 

@@ -146,6 +146,10 @@ class DMDModule(CausalGenerateMixin, StageModule):
         """The student (what is exported, evaluated and rolled out)."""
         return self.generator
 
+    def sharded_adapters(self) -> list[BackboneAdapter]:
+        """All three roles' transformers are sharded (the frozen teacher too: it is as large as the student)."""
+        return [self.generator, self.real_score, self.fake_score]
+
     def train(self, mode: bool = True) -> "DMDModule":
         """Train the student and the critic; the teacher stays in eval mode."""
         super().train(mode)
