@@ -114,18 +114,19 @@ def test_flow_indices_clip_to_available_frames() -> None:
     assert portrait.shape == (2, 3, 320, 576)
 
 
-def test_camera_nan_poses_leave_only_finite_flag(tmp_path: Path) -> None:
+def test_camera_nan_poses_leave_only_finite_flag_and_units(tmp_path: Path) -> None:
+    """NaN poses: no geometry metric is computed, only the flag (and the recorded units the gate reads)."""
     frames = np.repeat(texture(32, 32)[None], 8, axis=0)
     c2w = np.tile(np.eye(4), (8, 1, 1))
     c2w[3, 0, 3] = np.nan
     folder = make_clip(tmp_path, "nan", frames, c2w=c2w)
     m = metrics_of(folder, ["camera"])
-    assert m == {"camera.finite": False}
+    assert m == {"camera.finite": False, "camera.pose_units": "metric"}
     good = metrics_of(make_clip(tmp_path, "good", frames), ["camera"])
     assert good["camera.finite"] is True
     assert good["camera.fov_x_min"] == pytest.approx(60.0)
     rec = read_meta(folder)["provenance"]["stages"]["camera"]
-    assert rec["status"] == "ok" and rec["keys"] == ["camera.finite"]
+    assert rec["status"] == "ok" and rec["keys"] == ["camera.finite", "camera.pose_units"]
 
 
 def test_undecodable_video_fails_stage_with_named_check(tmp_path: Path) -> None:
