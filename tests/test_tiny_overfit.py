@@ -25,6 +25,21 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return -10.0 * math.log10(max(mse, 1e-10))
 
 
+def _fit(batch: dict, steps: int) -> BidirectionalModule:
+    """A fresh tiny stage-1 module fitted to ``batch`` for ``steps`` AdamW steps (lr 2e-3, clip 1), in eval mode."""
+    module = BidirectionalModule(Wan22TI2V5BAdapter(Wan22TI2V5BConfig.tiny()), timestep_sampling="uniform")
+    params = module.adapter.trainable_parameters()
+    opt = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.0)
+    module.train()
+    for _ in range(steps):
+        loss, _ = module.flow_loss(batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+    return module.eval()
+
+
 def test_overfit_one_clip_beats_static_baseline() -> None:
     torch.manual_seed(0)
     clip, _ = build_clip(SynthSpec(frames=17, width=32, height=32, fps=16.0, seed=0), 3)
@@ -33,17 +48,7 @@ def test_overfit_one_clip_beats_static_baseline() -> None:
         "video": video, "c2w": torch.from_numpy(clip.c2w).float()[None], "K": torch.from_numpy(clip.K).float()[None],
         "caption": [clip.caption], "sample_id": ["one"],
     }
-    module = BidirectionalModule(Wan22TI2V5BAdapter(Wan22TI2V5BConfig.tiny()), timestep_sampling="uniform")
-    params = module.adapter.trainable_parameters()
-    opt = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.0)
-    module.train()
-    for _ in range(STEPS):
-        loss, _ = module.flow_loss(batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-    module.eval()
+    module = _fit(batch, STEPS)
     generated = module.generate(
         video[:, :, 0], batch["caption"], batch["c2w"], batch["K"], num_steps=8,
         generator=torch.Generator().manual_seed(0),
@@ -79,17 +84,7 @@ def test_camera_decides_the_generated_motion() -> None:
     batch = {"video": video, "c2w": c2w, "K": K, "caption": [describe_scene(scene)] * 2, "sample_id": ["l", "r"]}
 
     torch.manual_seed(0)
-    module = BidirectionalModule(Wan22TI2V5BAdapter(Wan22TI2V5BConfig.tiny()), timestep_sampling="uniform")
-    params = module.adapter.trainable_parameters()
-    opt = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.0)
-    module.train()
-    for _ in range(500):
-        loss, _ = module.flow_loss(batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-    module.eval()
+    module = _fit(batch, 500)
 
     def generate(cameras: torch.Tensor) -> torch.Tensor:
         return module.generate(video[:, :, 0], batch["caption"], cameras, K, num_steps=8,
