@@ -1,6 +1,6 @@
 """`EMA`: an exponential moving average of the trainable parameters.
 
-The average is swapped into the module for validation (and, through `EMA.swapped`,
+The average is swapped into the module for validation and test (and, through `EMA.swapped`,
 for eval videos and export), swapped back afterwards, and saved in the checkpoint
 as the callback's state.
 
@@ -100,6 +100,17 @@ class EMA(Callback):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Back to the training weights (before ModelCheckpoint, which Lightning runs last)."""
+        self.swap_out(pl_module)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Test the averaged weights, as validation, export and ``solarwm predict`` do.
+
+        ``solarwm test --ckpt_path`` restores this callback's average from the checkpoint before the loop.
+        """
+        self.swap_in(pl_module)
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Back to the training weights."""
         self.swap_out(pl_module)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:

@@ -50,6 +50,26 @@ def test_ema_tracks_and_swaps(fitted) -> None:
     assert torch.equal(restored.shadow[name], ema.shadow[name])
 
 
+def test_test_loop_runs_on_the_average(fitted) -> None:
+    """``trainer.test`` evaluates the EMA weights (as validation and export do) and swaps back after."""
+    trainer, module, (ema, _, _), dm = fitted
+    name, param = next((n, p) for n, p in module.named_parameters() if p.requires_grad)
+    trained, seen = param.detach().clone(), []
+    original = module.test_step
+
+    def spy(batch, batch_idx):
+        seen.append(param.detach().clone())
+        return original(batch, batch_idx)
+
+    module.test_step = spy
+    try:
+        trainer.test(module, dataloaders=dm.val_dataloader(), verbose=False)
+    finally:
+        del module.test_step
+    assert seen and torch.equal(seen[0], ema.shadow[name].to(param.dtype))
+    assert torch.equal(param, trained)
+
+
 def test_ema_update_rule() -> None:
     """One update moves the average by (1 - decay) towards the weights."""
     ema = EMA(decay=0.9)
