@@ -123,6 +123,11 @@ def load_adapter(directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
 X0_SKIP_SIGMA_DATA = 0.5
 
 
+def _plain_json(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
+
+
 def x0_skip_velocity(out: torch.Tensor, x_t: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Velocity ``(x_t - x̂0)/σ`` for ``x̂0 = c_skip·x_t + c_out·out`` (EDM preconditioning on ``x_t = (1-σ)x0 + σε``).
 
@@ -202,6 +207,31 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
                 "checkpoint folder, e.g. --model.init_args.adapter.init_args.pretrained_path DIR); "
                 "for the CPU configuration of this recipe add --config recipes/tiny.yaml"
             )
+
+    #: Config keys that decide what trained weights mean; an export folder given as ``pretrained_path`` must agree.
+    weight_config_keys: ClassVar[tuple[str, ...]] = (
+        "prediction", "codec", "patchify_spatial", "text_encoder", "text_dim", "text_max_length", "camera_head_dims",
+    )
+
+    def check_weight_config(self, config: dict[str, Any], source: str) -> None:
+        """Refuse weights from ``source`` trained under a ``config`` that reads them differently from this one.
+
+        Keys like ``prediction`` change what the output means without changing a shape, so a strict
+        state-dict load alone would accept them.
+        """
+        mine = self.config_dict()
+        wrong = [f"{k}: {source} has {config[k]!r}, the config {mine[k]!r}" for k in self.weight_config_keys
+                 if k in config and k in mine and _plain_json(config[k]) != _plain_json(mine[k])]
+        if wrong:
+            raise AdapterError(
+                f"{self.route}: weights trained under another config (" + "; ".join(wrong)
+                + "); set the same values in the adapter's config"
+            )
+
+    def check_pretrained_export(self, root: Path | None) -> None:
+        """An export folder given as ``pretrained_path`` must share the weight config (a diffusers folder has none)."""
+        if root is not None and (root / "adapter.json").is_file():
+            self.check_weight_config(read_adapter_json(root).get("config", {}), str(root))
 
     # ------------------------------------------------------------------ latent geometry
     def valid_num_frames(self, num_frames: int) -> bool:

@@ -133,6 +133,7 @@ class WanAdapterBase(BackboneAdapter):
         root = Path(pretrained_path) if pretrained_path is not None else None
         if root is not None and not root.is_dir():
             raise AdapterError(f"{self.route}: pretrained_path {root} does not exist")
+        self.check_pretrained_export(root)
 
         build = torch.device(device) if device is not None else contextlib.nullcontext()
         with build:

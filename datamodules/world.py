@@ -42,6 +42,8 @@ class SynthCorpus:
     fps: float = 8.0
     seed: int = 0
     bad_fraction: float = 0.0
+    motion: str = "mixed"
+    views: int = 1
 
 
 class WorldDataModule(pl.LightningDataModule):

@@ -273,3 +273,20 @@ def test_camera_on_a_head_dim_split_keeps_relative_pose_semantics():
         reversed_ = split(x_t, sigma_pf, split.prepare_conditions(dict(batch, c2w=batch["c2w"].flip(1))))
     torch.testing.assert_close(shifted, base, atol=1e-4, rtol=1e-4)
     assert (reversed_ - base).abs().max() > 1e-3
+
+
+def test_pretrained_export_must_share_the_weight_config(tmp_path):
+    """An export used as pretrained_path loads its weights, and refuses a config that reads them differently."""
+    skip = dataclasses.replace(Wan22TI2V5BConfig.tiny(), prediction="x0_skip")
+    trained = Wan22TI2V5BAdapter(config=skip)
+    trained.save_adapter(tmp_path / "base", stage="bidirectional")
+    again = Wan22TI2V5BAdapter(config=skip, pretrained_path=str(tmp_path / "base"))
+    for (name, a), (_, b) in zip(trained.transformer.state_dict().items(), again.transformer.state_dict().items()):
+        assert torch.equal(a, b), name
+    with pytest.raises(AdapterError, match=r"prediction: .*base has 'x0_skip', the config 'x0'"):
+        Wan22TI2V5BAdapter(preset="tiny", pretrained_path=str(tmp_path / "base"))
+    # The same check guards a later stage's init_from (same shapes, so a strict load alone would pass).
+    from solarwm.stages.checkpoints import load_adapter_weights
+
+    with pytest.raises(AdapterError, match="prediction"):
+        load_adapter_weights(Wan22TI2V5BAdapter(preset="tiny"), tmp_path / "base")

@@ -159,3 +159,39 @@ def test_bad_size_is_a_named_error(tmp_path):
         synth_command(str(tmp_path), size="64by64")
     with pytest.raises(ValueError, match="even width and height"):
         synth_command(str(tmp_path), size="33x32")
+
+
+def test_pan_worlds_turn_on_a_tripod(tmp_path):
+    summary = synth_corpus(tmp_path, clips=4, seed=5, motion="pan", **SMALL)
+    assert summary["written"] == 4 and summary["motion"] == "pan"
+    turned = []
+    for folder in iter_clip_dirs(tmp_path):
+        assert validate_clip(folder) == []
+        clip = read_clip(folder)
+        assert read_meta(folder)["provenance"]["original_id"].startswith("pan-world-5-")
+        # Rotation only: the camera centre stays put, the heading changes by 12-35 deg/s.
+        np.testing.assert_allclose(clip.c2w[:, :3, 3], np.repeat(clip.c2w[:1, :3, 3], len(clip.c2w), 0), atol=1e-9)
+        rel = clip.c2w[0, :3, :3].T @ clip.c2w[-1, :3, :3]
+        turned.append(np.degrees(np.arccos(np.clip((np.trace(rel) - 1) / 2, -1, 1))))
+    assert min(turned) > 0.5, turned
+    # The mixed worlds of the same seed are other clips under other ids, so the two never collide.
+    mixed = synth_corpus(tmp_path, clips=4, seed=5, **SMALL)
+    assert mixed["written"] == 4 and len(list(iter_clip_dirs(tmp_path))) == 8
+    with pytest.raises(ValueError, match="motion must be one of"):
+        synth_corpus(tmp_path / "x", clips=1, motion="dolly", **SMALL)
+
+
+def test_views_of_one_world_share_the_first_frame_only():
+    spec = SynthSpec(frames=9, width=32, height=32, fps=8.0, seed=4, motion="pan", views=2)
+    (a, _), (b, _), (c, _) = (build_clip(spec, i) for i in range(3))
+    assert a.provenance["original_id"] == "pan-v2-world-4-000000"
+    # Clips 0 and 1 are two cameras in one world: same first pose and pixels, then their own paths.
+    np.testing.assert_array_equal(a.c2w[0], b.c2w[0])
+    np.testing.assert_array_equal(a.frames[0], b.frames[0])
+    assert not np.allclose(a.c2w[-1], b.c2w[-1])
+    assert np.abs(a.frames[-1].astype(int) - b.frames[-1].astype(int)).mean() > 1.0
+    # Clip 2 starts the next world.
+    assert np.abs(a.frames[0].astype(int) - c.frames[0].astype(int)).mean() > 1.0
+    # Rendering a clip alone gives the same clip (each view rebuilds its world from the group's paths).
+    again, _ = build_clip(spec, 1)
+    np.testing.assert_array_equal(again.frames, b.frames)

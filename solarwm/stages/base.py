@@ -7,6 +7,8 @@ can refuse a checkpoint of the wrong stage or route with a clear message.
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
@@ -241,4 +243,5 @@ FSDP v1 shards the gradients, so a per-rank ``clip_grad_norm_`` would see a part
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Tag the checkpoint with this stage and route (read by ``init_from`` and ``solarwm predict``)."""
-        checkpoint["solarwm"] = {"stage": self.stage_name, "route": self.adapter.route}
+        checkpoint["solarwm"] = {"stage": self.stage_name, "route": self.adapter.route,
+                                 "config": json.loads(json.dumps(self.adapter.config_dict()))}

@@ -67,7 +67,7 @@ def adapter_state(
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Adapter weights from a Lightning checkpoint (keys under ``prefix``) or an adapter export folder.
 
-    Returns ``(state_dict, info)`` with ``info = {"stage", "route", "ema"}`` as far as known.
+    Returns ``(state_dict, info)`` with ``info = {"stage", "route", "ema", "config"}`` as far as known.
     ``merge_lora``: an export with a LoRA is returned merged (plain keys).
     """
     path = Path(path)
@@ -78,7 +78,8 @@ def adapter_state(
         adapter = load_adapter(path)
         if merge_lora:
             adapter.merge_lora()
-        return adapter.state_dict(), {"stage": meta.get("stage"), "route": meta["route"], "ema": None}
+        return adapter.state_dict(), {"stage": meta.get("stage"), "route": meta["route"], "ema": None,
+                                      "config": meta.get("config")}
     checkpoint = read_checkpoint(path)
     state, ema = module_state(checkpoint, use_ema)
     picked = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
@@ -108,6 +109,8 @@ def load_adapter_weights(
         raise StageCheckpointError(f"{path} holds route {info['route']!r}, the recipe builds {route!r}")
     if expect_stage and info.get("stage") and info["stage"] not in expect_stage:
         raise StageCheckpointError(f"{path} is a {info['stage']!r} checkpoint, expected one of {list(expect_stage)}")
+    if info.get("config") and hasattr(adapter, "check_weight_config"):
+        adapter.check_weight_config(info["config"], str(path))
     state = {k: v for k, v in state.items() if not k.startswith(ignore)} if ignore else state
     own = {k for k in own_keys if not k.startswith(ignore)} if ignore else own_keys
     state_lora = any(is_lora_key(k) for k in state)

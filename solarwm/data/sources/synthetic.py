@@ -218,24 +218,63 @@ def describe_scene(scene: Scene) -> str:
     return " ".join(parts)
 
 
+MOTIONS = ("mixed", "pan")
+
+
+def _pan_segment(rng: np.random.Generator, n: int, sec: float, pitch: float) -> tuple[T.Segment, float]:
+    """One rotation-only segment: a pan at 12-35 deg/s, sometimes with a tilt that keeps pitch in [-25, 5]."""
+    yaw = float(rng.choice([-1.0, 1.0])) * rng.uniform(12.0, 35.0) * sec
+    target = float(np.clip(pitch + rng.uniform(-8.0, 8.0) * sec, -25.0, 5.0)) if rng.random() < 0.5 else pitch
+    return T.Segment(n, yaw=yaw, pitch=target - pitch), target
+
+
+@dataclass(frozen=True)
+class StartPose:
+    """Where a trajectory starts: camera height (m), heading and pitch (degrees), horizontal field of view."""
+
+    z: float
+    yaw: float
+    pitch: float
+    fov_x: float
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator) -> "StartPose":
+        """A random start (the draws and their order are those of ``sample_trajectory``)."""
+        pitch = float(rng.uniform(-15.0, 0.0))
+        z = float(rng.uniform(0.8, 2.5))
+        fov_x = float(rng.uniform(45.0, 90.0))
+        return cls(z=z, yaw=float(rng.uniform(0.0, 360.0)), pitch=pitch, fov_x=fov_x)
+
+
 def sample_trajectory(
-    rng: np.random.Generator, frames: int, width: int, height: int, fps: float
+    rng: np.random.Generator, frames: int, width: int, height: int, fps: float, motion: str = "mixed",
+    start: StartPose | None = None,
 ) -> T.Trajectory:
-    """A random composition of 1-3 camera segments with ``frames`` poses (world z up, metric)."""
+    """A random composition of 1-3 camera segments with ``frames`` poses (world z up, metric).
+
+    ``motion`` picks the segment family: ``mixed`` (walks, trucks, turns, orbits, zooms, pauses)
+    or ``pan`` (a camera turning on a tripod: pans and tilts only, so every pixel's motion follows
+    from the camera and the first frame; the embedded default's worlds, where a tiny model can
+    learn camera control on a CPU). ``start``: a given first pose (default: drawn from ``rng``).
+    """
+    if motion not in MOTIONS:
+        raise ValueError(f"motion must be one of {MOTIONS}, got {motion!r}")
     steps_total = frames - 1
     n_seg = int(min(rng.integers(1, 4), max(steps_total, 1)))
     cuts = np.sort(rng.choice(np.arange(1, steps_total), size=n_seg - 1, replace=False)) if n_seg > 1 else []
     lengths = np.diff(np.concatenate([[0], cuts, [steps_total]])).astype(int)
-    start_pitch = pitch = float(rng.uniform(-15.0, 0.0))
-    start_z = z = float(rng.uniform(0.8, 2.5))
-    fov_x = float(rng.uniform(45.0, 90.0))
-    start_yaw = float(rng.uniform(0.0, 360.0))
+    start = start if start is not None else StartPose.sample(rng)
+    pitch, z = start.pitch, start.z
     log_zoom = 0.0
     segments = []
     kinds = ("forward", "backward", "lateral", "yaw", "pitch", "orbit", "pause", "zoom", "vertical", "forward_yaw")
     weights = np.array([3, 1.5, 2, 2, 1, 2, 0.5, 1, 0.5, 2.0])
     for n in lengths:
         sec = n / fps
+        if motion == "pan":
+            segment, pitch = _pan_segment(rng, int(n), sec, pitch)
+            segments.append(segment)
+            continue
         kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
         sign = float(rng.choice([-1.0, 1.0]))
         if kind == "forward":
@@ -265,8 +304,8 @@ def sample_trajectory(
         else:  # walking while turning
             segments.append(T.Segment(n, forward=rng.uniform(0.5, 1.5) * sec, yaw=sign * rng.uniform(10, 35) * sec))
     return T.compose_segments(
-        segments, fps=fps, width=width, height=height, fov_x_deg=fov_x,
-        start=(0.0, 0.0, start_z), start_yaw=start_yaw, start_pitch=start_pitch,
+        segments, fps=fps, width=width, height=height, fov_x_deg=start.fov_x,
+        start=(0.0, 0.0, start.z), start_yaw=start.yaw, start_pitch=start.pitch,
     )
 
 
@@ -284,11 +323,35 @@ class SynthSpec:
     height: int = 64
     fps: float = 16.0
     seed: int = 0
+    motion: str = "mixed"
+    #: Camera paths per world: clips ``g*views .. g*views+views-1`` share world ``g`` and their first pose
+    #: (a multi-camera capture, as in MultiCamVideo), so only the camera tells their videos apart.
+    views: int = 1
 
 
-def original_id(seed: int, index: int) -> str:
-    """The source-side id of clip ``index`` of world seed ``seed``."""
-    return f"world-{seed}-{index:06d}"
+def original_id(seed: int, index: int, motion: str = "mixed", views: int = 1) -> str:
+    """The source-side id of clip ``index`` of world seed ``seed`` (a non-default motion or views prefixes it)."""
+    prefix = ("" if motion == "mixed" else f"{motion}-") + ("" if views == 1 else f"v{views}-")
+    return f"{prefix}world-{seed}-{index:06d}"
+
+
+def _clip_trajectory(spec: SynthSpec, index: int, frames: int) -> tuple[np.random.Generator, T.Trajectory, np.ndarray]:
+    """Clip ``index``'s RNG (for what follows), its trajectory, and the c2w ``[M, 4, 4]`` its world is built around."""
+    rng = np.random.default_rng([spec.seed, index])
+    if spec.views == 1:
+        traj = sample_trajectory(rng, frames, spec.width, spec.height, spec.fps, spec.motion)
+        return rng, traj, traj.c2w
+    group = index // spec.views
+    start = StartPose.sample(np.random.default_rng([spec.seed, group, 0x57A7]))
+    paths = []
+    for member in range(group * spec.views, (group + 1) * spec.views):
+        if member == index:
+            traj = sample_trajectory(rng, frames, spec.width, spec.height, spec.fps, spec.motion, start)
+            paths.append(traj.c2w)
+        else:
+            other = np.random.default_rng([spec.seed, member])
+            paths.append(sample_trajectory(other, spec.frames, spec.width, spec.height, spec.fps, spec.motion, start).c2w)
+    return rng, traj, np.concatenate(paths)
 
 
 def assign_defects(clips: int, bad_fraction: float, seed: int) -> dict[int, str]:
@@ -310,9 +373,8 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
     """Render clip ``index`` (optionally with a deliberate ``defect``) → (Clip, timings in seconds)."""
     from solarwm.data.contract import Clip, clip_id
 
-    rng = np.random.default_rng([spec.seed, index])
     extra = 1 if defect == "count_mismatch" else 0
-    traj = sample_trajectory(rng, spec.frames + extra, spec.width, spec.height, spec.fps)
+    rng, traj, world_path = _clip_trajectory(spec, index, spec.frames + extra)
     if defect == "static_camera":
         traj = T.Trajectory(np.repeat(traj.c2w[:1], len(traj), 0), np.repeat(traj.K[:1], len(traj), 0),
                             traj.fps, traj.width, traj.height)
@@ -322,7 +384,9 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
         K = traj.K.copy()
         K[:, 0] = K[:, 1] = f
         traj = T.Trajectory(traj.c2w, K, traj.fps, traj.width, traj.height)
-    scene = make_scene(rng, traj.c2w)
+    # One world per group of views: built from the group's RNG around every path of the group.
+    world_rng = rng if spec.views == 1 else np.random.default_rng([spec.seed, index // spec.views, 0x3D])
+    scene = make_scene(world_rng, world_path)
 
     t0 = time.perf_counter()
     render_traj = traj.slice(0, spec.frames)
@@ -341,7 +405,7 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
         c2w[int(rng.integers(len(c2w))), int(rng.integers(3)), 3] = np.nan
     provenance: dict[str, Any] = {
         "owner": OWNER,
-        "original_id": original_id(spec.seed, index),
+        "original_id": original_id(spec.seed, index, spec.motion, spec.views),
         "frame_interval": [0, spec.frames],
         "conversions": [],  # rendered directly in OpenCV axes, metric, pixel K
         "versions": {OWNER: RENDERER_VERSION},
@@ -384,7 +448,7 @@ def _synth_one(args: tuple[SynthSpec, int, str | None, str]) -> dict[str, Any]:
     from solarwm.data.contract import clip_id, write_clip
 
     spec, index, defect, out = args
-    folder = Path(out) / clip_id(OWNER, original_id(spec.seed, index), 0, spec.frames)
+    folder = Path(out) / clip_id(OWNER, original_id(spec.seed, index, spec.motion, spec.views), 0, spec.frames)
     if _is_done(folder, spec, defect):
         return {"index": index, "status": "skipped", "defect": defect}
     clip, timing = build_clip(spec, index, defect)
@@ -397,14 +461,18 @@ def _synth_one(args: tuple[SynthSpec, int, str | None, str]) -> dict[str, Any]:
 def synth_corpus(
     out: str | Path, clips: int = 16, frames: int = 33, width: int = 64, height: int = 64,
     fps: float = 16.0, seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
-    executor: str = "process", ray_address: str | None = None,
+    executor: str = "process", ray_address: str | None = None, motion: str = "mixed", views: int = 1,
 ) -> dict[str, Any]:
     """Render ``clips`` canonical clips of owner ``synthetic`` into ``out`` on ``executor``; returns a summary dict."""
     if clips < 0 or frames < 2:
         raise ValueError(f"need clips >= 0 and frames >= 2, got clips={clips}, frames={frames}")
     if width % 2 or height % 2 or width < 2 or height < 2:
         raise ValueError(f"H.264 yuv420p needs even width and height, got {width}x{height}")
-    spec = SynthSpec(frames=frames, width=width, height=height, fps=float(fps), seed=seed)
+    if motion not in MOTIONS:
+        raise ValueError(f"motion must be one of {MOTIONS}, got {motion!r}")
+    if views < 1:
+        raise ValueError(f"views must be >= 1, got {views}")
+    spec = SynthSpec(frames=frames, width=width, height=height, fps=float(fps), seed=seed, motion=motion, views=views)
     defects = assign_defects(clips, bad_fraction, seed)
     Path(out).mkdir(parents=True, exist_ok=True)
     jobs = [(spec, i, defects.get(i), str(out)) for i in range(clips)]
@@ -420,7 +488,7 @@ def synth_corpus(
     for label in defects.values():
         defect_counts[label] = defect_counts.get(label, 0) + 1
     return {
-        "out": str(out), "owner": OWNER, "renderer": RENDERER_VERSION, "seed": seed,
+        "out": str(out), "owner": OWNER, "renderer": RENDERER_VERSION, "seed": seed, "motion": motion, "views": views,
         "clips": clips, "frames": frames, "width": width, "height": height, "fps": float(fps),
         "written": len(written), "skipped": len(records) - len(written),
         "defects": defect_counts,
@@ -433,7 +501,7 @@ def synth_corpus(
 def synth_command(
     out: str, clips: int = 16, frames: int = 33, size: str = "64x64", fps: float = 16.0,
     seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
-    executor: str = "process", ray_address: str | None = None,
+    executor: str = "process", ray_address: str | None = None, motion: str = "mixed", views: int = 1,
 ) -> int:
     """Render procedurally generated worlds with exact metric cameras as canonical clips.
 
@@ -448,8 +516,11 @@ def synth_command(
         workers: parallel worker processes (Ray: CPUs of the local Ray).
         executor: where the per-clip tasks run: process (local pool) or ray.
         ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
+        motion: camera motion family: mixed (walks, turns, orbits, zooms) or pan (pans and tilts only).
+        views: camera paths per world; the clips of one world share their first frame (multi-camera capture).
     """
     width, height = parse_size(size)
-    summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers, executor, ray_address)
+    summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers, executor, ray_address,
+                           motion, views)
     print(json.dumps(summary, sort_keys=True))
     return 0
