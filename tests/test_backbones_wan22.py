@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -241,8 +242,12 @@ def test_missing_or_mismatched_checkpoints_are_clear_errors(adapter, tmp_path):
     with pytest.raises(AdapterError, match="num_layers: checkpoint 2 != config 3"):
         Wan22TI2V5BAdapter(dataclasses.replace(Wan22TI2V5BConfig.tiny(), num_layers=3), pretrained_path=str(out))
     cfg = dataclasses.replace(Wan22TI2V5BConfig.tiny(), codec="wan_vae")
+    with pytest.raises(AdapterError, match="codec: .*export has 'patchify', the config 'wan_vae'"):
+        Wan22TI2V5BAdapter(cfg, pretrained_path=str(out))  # an export says what it was trained with
+    diffusers_layout = tmp_path / "diffusers"  # a checkpoint folder says nothing: the missing part is named
+    shutil.copytree(out / "transformer", diffusers_layout / "transformer")
     with pytest.raises(AdapterError, match="vae missing"):
-        Wan22TI2V5BAdapter(cfg, pretrained_path=str(out))
+        Wan22TI2V5BAdapter(cfg, pretrained_path=str(diffusers_layout))
     meta = json.loads((out / "adapter.json").read_text())
     (out / "adapter.json").write_text(json.dumps(dict(meta, route="ltx25")))
     with pytest.raises(AdapterError, match="route 'ltx25', not 'wan22_ti2v_5b'"):

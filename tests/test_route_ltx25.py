@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 
 import pytest
 import torch
@@ -277,8 +278,12 @@ def test_errors_name_the_check(tmp_path):
     out = a.save_adapter(tmp_path / "export")
     with pytest.raises(AdapterError, match="num_layers: checkpoint 2 != config 3"):
         LTX25Adapter(dataclasses.replace(LTX25Config.tiny(), num_layers=3), pretrained_path=str(out))
-    with pytest.raises(AdapterError, match="vae missing"):
+    with pytest.raises(AdapterError, match="codec: .*export has 'patchify', the config 'ltx_vae'"):
         LTX25Adapter(dataclasses.replace(LTX25Config.tiny(), codec="ltx_vae"), pretrained_path=str(out))
+    diffusers_layout = tmp_path / "diffusers"  # no adapter.json: the missing part is what gets named
+    shutil.copytree(out, diffusers_layout, ignore=shutil.ignore_patterns("adapter.json"))
+    with pytest.raises(AdapterError, match="vae missing"):
+        LTX25Adapter(dataclasses.replace(LTX25Config.tiny(), codec="ltx_vae"), pretrained_path=str(diffusers_layout))
     batch = contract.make_batch(a, num_frames=9, height=32, width=32)
     with pytest.raises(AdapterError, match="text features have dim 8, the connector expects 128"):
         a.prepare_conditions(dict(batch, text_embeds=torch.randn(1, 4, 8)))

@@ -16,6 +16,7 @@ from test_train_cli_fit import _tiny_recipe
 def _h3(path: Path, **init_args) -> Path:
     doc = yaml.safe_load(path.read_text())
     doc["model"]["init_args"]["adapter"]["class_path"] = "solarwm.backbones.minimax_h3.MiniMaxH3Adapter"
+    doc["model"]["init_args"]["adapter"]["init_args"] = {"preset": "tiny"}  # the tiny base is a Wan checkpoint
     doc["model"]["init_args"].update(init_args)
     doc["data"]["init_args"].update(num_frames=22, width=16, height=16)  # 17 + 5 frames -> 7 latents
     doc["data"]["init_args"]["synth"].update(frames=24, width=24, height=16)

@@ -108,7 +108,8 @@ def test_training_keeps_the_teacher_and_resume_continues_exactly(corpus, tmp_pat
     state = torch.load(ckpt, weights_only=True)
     roles = {k.split(".")[0] for k in state["state_dict"]}
     assert {"generator", "real_score", "fake_score"} <= roles and len(state["optimizer_states"]) == 2
-    assert state["solarwm"] == {"stage": "dmd", "route": "wan22_ti2v_5b"}
+    assert {k: state["solarwm"][k] for k in ("stage", "route")} == {"stage": "dmd", "route": "wan22_ti2v_5b"}
+    assert state["solarwm"]["config"]["prediction"] == "x0"  # what init_from checks against the next adapter
     part2, _ = fit(make_module(), corpus, tmp_path / "part2", max_steps=9, ckpt_path=str(ckpt))
     resumed = part1 + part2
     assert [s for s, _, _ in resumed] == [s for s, _, _ in full]

@@ -96,7 +96,8 @@ def test_predict_bad_checkpoints_say_so(run: Path, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="nope.ckpt: checkpoint not found"):
         main(["predict", "--config", str(run / "recipe.yaml"), "--checkpoint", str(tmp_path / "nope.ckpt"), *common])
     doc = yaml.safe_load((run / "recipe.yaml").read_text())
-    doc["model"]["init_args"]["adapter"]["init_args"]["config"] = {"num_layers": 1}
+    doc["model"]["init_args"]["adapter"]["init_args"]["config"]["num_layers"] = 1
+    doc["model"]["init_args"]["adapter"]["init_args"]["pretrained_path"] = None  # a fresh 1-layer model
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump(doc))
     with pytest.raises(ValueError, match="does not match the recipe's model BidirectionalModule"):

@@ -21,6 +21,7 @@ def test_tiny_recipe_loss_goes_down(tmp_path) -> None:
     """40 steps on one rendered window: the seeded eq. (1) loss falls well below its starting value."""
     pl.seed_everything(0)
     cfg = parse_recipe(str(RECIPES / "tiny_bid.yaml"))
+    cfg.model.init_args.adapter.init_args.pretrained_path = None  # from random weights, not the shipped base
     parser = ArgumentParser()
     parser.add_subclass_arguments(LightningModule, "model")
     module = parser.instantiate_classes(parser.parse_object({"model": cfg.model.as_dict()})).model
