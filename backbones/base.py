@@ -123,11 +123,6 @@ def load_adapter(directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
 X0_SKIP_SIGMA_DATA = 0.5
 
 
-def _plain_json(value: Any) -> Any:
-    """``value`` as it reads back from JSON (tuples become lists)."""
-    return json.loads(json.dumps(value))
-
-
 def x0_skip_velocity(out: torch.Tensor, x_t: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Velocity ``(x_t - x̂0)/σ`` for ``x̂0 = c_skip·x_t + c_out·out`` (EDM preconditioning on ``x_t = (1-σ)x0 + σε``).
 
@@ -221,7 +216,7 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         """
         mine = self.config_dict()
         wrong = [f"{k}: {source} has {config[k]!r}, the config {mine[k]!r}" for k in self.weight_config_keys
-                 if k in config and k in mine and _plain_json(config[k]) != _plain_json(mine[k])]
+                 if k in config and k in mine and config[k] != mine[k]]
         if wrong:
             raise AdapterError(
                 f"{self.route}: weights trained under another config (" + "; ".join(wrong)
@@ -624,8 +619,8 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
 
     # ------------------------------------------------------------------ export
     def config_dict(self) -> dict[str, Any]:
-        """The route config as plain JSON types (written to ``adapter.json``)."""
-        return dataclasses.asdict(self.config)
+        """The route config as plain JSON types (tuples as lists), as ``adapter.json`` and checkpoints hold it."""
+        return json.loads(json.dumps(dataclasses.asdict(self.config)))
 
     def _export_extra(self, directory: Path) -> None:
         """Hook: write route-specific frozen parts needed by ``load_adapter`` (e.g. ``vae/``)."""

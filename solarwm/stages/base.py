@@ -7,8 +7,6 @@ can refuse a checkpoint of the wrong stage or route with a clear message.
 
 from __future__ import annotations
 
-import json
-
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
@@ -149,7 +147,7 @@ class StageModule(pl.LightningModule):
     def clip_grad_norm(self, optimizer: torch.optim.Optimizer, max_norm: float) -> None:
         """Clip the gradient norm to ``max_norm``, also under FSDP.
 
-FSDP v1 shards the gradients, so a per-rank ``clip_grad_norm_`` would see a partial norm (Lightning
+        FSDP v1 shards the gradients, so a per-rank ``clip_grad_norm_`` would see a partial norm (Lightning
         refuses it); the root FSDP module computes the global norm over all ranks' shards instead. Under
         FSDP2 (``RouteFSDPStrategy``) the gradients are DTensors, whose norm is already global. It clips
         every parameter with a gradient, so callers with several optimisers zero the others' first.
@@ -244,4 +242,4 @@ FSDP v1 shards the gradients, so a per-rank ``clip_grad_norm_`` would see a part
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Tag the checkpoint with this stage and route (read by ``init_from`` and ``solarwm predict``)."""
         checkpoint["solarwm"] = {"stage": self.stage_name, "route": self.adapter.route,
-                                 "config": json.loads(json.dumps(self.adapter.config_dict()))}
+                                 "config": self.adapter.config_dict()}

@@ -335,12 +335,17 @@ def original_id(seed: int, index: int, motion: str = "mixed", views: int = 1) ->
     return f"{prefix}world-{seed}-{index:06d}"
 
 
-def _clip_trajectory(spec: SynthSpec, index: int, frames: int) -> tuple[np.random.Generator, T.Trajectory, np.ndarray]:
-    """Clip ``index``'s RNG (for what follows), its trajectory, and the c2w ``[M, 4, 4]`` its world is built around."""
+def _clip_trajectory(
+    spec: SynthSpec, index: int, frames: int,
+) -> tuple[np.random.Generator, T.Trajectory, np.random.Generator, np.ndarray]:
+    """Clip ``index``'s RNG (for what follows), its trajectory, and its world's RNG and c2w ``[M, 4, 4]``.
+
+    With ``spec.views > 1`` the world is its group's: built from the group's RNG around every path of the group.
+    """
     rng = np.random.default_rng([spec.seed, index])
     if spec.views == 1:
         traj = sample_trajectory(rng, frames, spec.width, spec.height, spec.fps, spec.motion)
-        return rng, traj, traj.c2w
+        return rng, traj, rng, traj.c2w
     group = index // spec.views
     start = StartPose.sample(np.random.default_rng([spec.seed, group, 0x57A7]))
     paths = []
@@ -351,7 +356,7 @@ def _clip_trajectory(spec: SynthSpec, index: int, frames: int) -> tuple[np.rando
         else:
             other = np.random.default_rng([spec.seed, member])
             paths.append(sample_trajectory(other, spec.frames, spec.width, spec.height, spec.fps, spec.motion, start).c2w)
-    return rng, traj, np.concatenate(paths)
+    return rng, traj, np.random.default_rng([spec.seed, group, 0x3D]), np.concatenate(paths)
 
 
 def assign_defects(clips: int, bad_fraction: float, seed: int) -> dict[int, str]:
@@ -374,7 +379,7 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
     from solarwm.data.contract import Clip, clip_id
 
     extra = 1 if defect == "count_mismatch" else 0
-    rng, traj, world_path = _clip_trajectory(spec, index, spec.frames + extra)
+    rng, traj, world_rng, world_path = _clip_trajectory(spec, index, spec.frames + extra)
     if defect == "static_camera":
         traj = T.Trajectory(np.repeat(traj.c2w[:1], len(traj), 0), np.repeat(traj.K[:1], len(traj), 0),
                             traj.fps, traj.width, traj.height)
@@ -384,8 +389,6 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
         K = traj.K.copy()
         K[:, 0] = K[:, 1] = f
         traj = T.Trajectory(traj.c2w, K, traj.fps, traj.width, traj.height)
-    # One world per group of views: built from the group's RNG around every path of the group.
-    world_rng = rng if spec.views == 1 else np.random.default_rng([spec.seed, index // spec.views, 0x3D])
     scene = make_scene(world_rng, world_path)
 
     t0 = time.perf_counter()
