@@ -92,7 +92,11 @@ class WorldDataModule(pl.LightningDataModule):
     # ---------------------------------------------------------------- rows
     def prepare_data(self) -> None:
         """Render the corpus if it does not exist yet (rank 0 only, as Lightning calls it)."""
-        if self.corpus_dir is None or Path(self.corpus_dir).exists():
+        if self.corpus_dir is None:
+            return
+        if Path(self.corpus_dir).exists():
+            if self.synth is not None:
+                self._check_rendered(Path(self.corpus_dir))
             return
         if self.synth is None:
             raise FileNotFoundError(f"WorldDataModule: corpus_dir {self.corpus_dir} does not exist and no synth spec is given")
@@ -105,6 +109,21 @@ class WorldDataModule(pl.LightningDataModule):
         summary = synth_corpus(str(partial), **asdict(self.synth))
         partial.rename(target)
         rank_zero_info(f"WorldDataModule: rendered corpus {self.corpus_dir}: {summary}")
+
+    def _check_rendered(self, corpus: Path) -> None:
+        """Refuse an existing corpus that is not the ``synth`` spec's (e.g. rendered by an older recipe)."""
+        from solarwm.data.contract import iter_clip_dirs
+        from solarwm.data.sources.synthetic import corpus_clip_ids
+
+        s = self.synth
+        expected = set(corpus_clip_ids(s.clips, s.frames, s.seed, s.motion, s.views))
+        found = {folder.name for folder in iter_clip_dirs(corpus)}
+        if found != expected:
+            raise FileExistsError(
+                f"WorldDataModule: corpus_dir {corpus} holds {len(found)} clips, {len(found - expected)} of them not "
+                f"rendered by the synth spec {asdict(s)} and {len(expected - found)} of its clips missing; "
+                f"delete the folder (it is rendered again) or point corpus_dir elsewhere"
+            )
 
     def _corpus_rows(self) -> tuple[list[Row], list[Row]]:
         from solarwm.data.accounting import outcome

@@ -29,7 +29,7 @@ def frames_row(video: torch.Tensor) -> np.ndarray:
 def main() -> None:
     adapter_dir, corpus, out = sys.argv[1:4]
     clips = int(sys.argv[4]) if len(sys.argv) > 4 else 4
-    steps = int(sys.argv[5]) if len(sys.argv) > 5 else 8
+    steps = int(sys.argv[5]) if len(sys.argv) > 5 else 2  # recipes/tiny_bid.yaml sample_steps
     module = BidirectionalModule(adapter=load_adapter(adapter_dir)).eval()
     data = WorldDataModule(corpus_dir=corpus, num_val_clips=8, num_frames=17, width=32, height=32, batch_size=clips)
     data.setup("fit")

@@ -12,7 +12,8 @@ from pathlib import Path
 from solarwm.train_cli import SolarCLI
 
 STAGES = {"stage1": "tiny_bid", "stage2": "tiny_tf", "stage3": "tiny_dmd"}
-COLUMNS = ("psnr", "psnr_static", "psnr_wrong_camera", "ssim", "cam_rot_err_deg", "cam_rot_err_deg_gt")
+COLUMNS = ("psnr", "psnr_static", "psnr_wrong_camera", "ssim", "cam_rot_err_deg", "cam_rot_err_deg_gt",
+           "cam_rot_err_deg_median", "cam_rot_err_deg_median_gt")
 
 
 def stage_metrics(out: Path, stage: str, recipe: str) -> dict[str, float]:
@@ -27,9 +28,9 @@ def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "outputs/three_stages")
     results = {stage: stage_metrics(out, stage, recipe) for stage, recipe in STAGES.items()}
     (out / "metrics.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\n{'stage':<8}" + "".join(f"{c:>20}" for c in COLUMNS))
+    print(f"\n{'stage':<8}" + "".join(f"{c:>{len(c) + 2}}" for c in COLUMNS))
     for stage, values in results.items():
-        print(f"{stage:<8}" + "".join(f"{values.get(c, float('nan')):>20.3f}" for c in COLUMNS))
+        print(f"{stage:<8}" + "".join(f"{values.get(c, float('nan')):>{len(c) + 2}.3f}" for c in COLUMNS))
     print(f"\nwrote {out / 'metrics.json'}")
 
 

@@ -11,7 +11,7 @@ import pytest
 from solarwm.camera.integrity import camera_integrity
 from solarwm.data.contract import iter_clip_dirs, read_clip, read_meta, validate_clip
 from solarwm.data.sources.synthetic import (
-    DEFECTS, SynthSpec, assign_defects, build_clip, synth_command, synth_corpus,
+    DEFECTS, SynthSpec, assign_defects, build_clip, sample_trajectory, synth_command, synth_corpus,
 )
 from solarwm.data.video import read_video
 
@@ -179,6 +179,22 @@ def test_pan_worlds_turn_on_a_tripod(tmp_path):
     assert mixed["written"] == 4 and len(list(iter_clip_dirs(tmp_path))) == 8
     with pytest.raises(ValueError, match="motion must be one of"):
         synth_corpus(tmp_path / "x", clips=1, motion="dolly", **SMALL)
+
+
+@pytest.mark.parametrize("motion, low, high", [("pan", 12.0, 35.0), ("slow_pan", 3.0, 10.0)])
+def test_tripod_motions_turn_at_their_speed(motion, low, high):
+    fps, frames = 8.0, 17
+    rates = []
+    for seed in range(40):
+        traj = sample_trajectory(np.random.default_rng(seed), frames, 96, 64, fps, motion)
+        R = traj.c2w[:, :3, :3]
+        # Angular speed of every frame step (deg/s): a pan plus a tilt of at most 8 (pan) or 3 (slow_pan).
+        step = [np.degrees(np.arccos(np.clip((np.trace(a.T @ b) - 1) / 2, -1, 1))) for a, b in zip(R[:-1], R[1:])]
+        rates.extend(np.asarray(step) * fps)
+        np.testing.assert_allclose(traj.c2w[:, :3, 3], np.repeat(traj.c2w[:1, :3, 3], frames, 0), atol=1e-9)
+    tilt = 8.0 if motion == "pan" else 3.0
+    # Segments ease in and out, so single steps may be slower; the typical step is in range.
+    assert low <= np.median(rates) <= high and max(rates) <= np.hypot(high, tilt) * 1.05, (np.median(rates), max(rates))
 
 
 def test_views_of_one_world_share_the_first_frame_only():

@@ -234,6 +234,7 @@ class StageModule(pl.LightningModule):
         for key, suffix in (("camera", ""), ("camera_gt", "_gt")):
             result = metrics[key].compute()
             self.log(f"test/cam_rot_err_deg{suffix}", result["rot_err_deg"].float())
+            self.log(f"test/cam_rot_err_deg_median{suffix}", result["rot_err_deg_median"].float())  # heavy-tailed
             self.log(f"test/cam_trans_dir_err_deg{suffix}", result["trans_dir_err_deg"].float())
             for count in ("pairs", "failed_pairs", "no_parallax_pairs"):
                 self.log(f"test/cam_{count}{suffix}", result[count].float())

@@ -218,13 +218,20 @@ def describe_scene(scene: Scene) -> str:
     return " ".join(parts)
 
 
-MOTIONS = ("mixed", "pan")
+MOTIONS = ("mixed", "pan", "slow_pan")
+#: Pan and tilt speed ranges (deg/s) of the tripod motions: ``slow_pan`` keeps most of the first frame
+#: in view over a 2 s clip (6-20 deg of a 30-70 deg field of view), so its frames are mostly the first
+#: frame re-projected and a small network can learn to follow the camera exactly.
+PAN_SPEEDS = {"pan": ((12.0, 35.0), 8.0), "slow_pan": ((3.0, 10.0), 3.0)}
 
 
-def _pan_segment(rng: np.random.Generator, n: int, sec: float, pitch: float) -> tuple[T.Segment, float]:
-    """One rotation-only segment: a pan at 12-35 deg/s, sometimes with a tilt that keeps pitch in [-25, 5]."""
-    yaw = float(rng.choice([-1.0, 1.0])) * rng.uniform(12.0, 35.0) * sec
-    target = float(np.clip(pitch + rng.uniform(-8.0, 8.0) * sec, -25.0, 5.0)) if rng.random() < 0.5 else pitch
+def _pan_segment(
+    rng: np.random.Generator, n: int, sec: float, pitch: float, motion: str = "pan"
+) -> tuple[T.Segment, float]:
+    """One rotation-only segment: a pan at ``PAN_SPEEDS[motion]``, sometimes with a tilt keeping pitch in [-25, 5]."""
+    (low, high), tilt = PAN_SPEEDS[motion]
+    yaw = float(rng.choice([-1.0, 1.0])) * rng.uniform(low, high) * sec
+    target = float(np.clip(pitch + rng.uniform(-tilt, tilt) * sec, -25.0, 5.0)) if rng.random() < 0.5 else pitch
     return T.Segment(n, yaw=yaw, pitch=target - pitch), target
 
 
@@ -253,9 +260,9 @@ def sample_trajectory(
     """A random composition of 1-3 camera segments with ``frames`` poses (world z up, metric).
 
     ``motion`` picks the segment family: ``mixed`` (walks, trucks, turns, orbits, zooms, pauses)
-    or ``pan`` (a camera turning on a tripod: pans and tilts only, so every pixel's motion follows
-    from the camera and the first frame; the embedded default's worlds, where a tiny model can
-    learn camera control on a CPU). ``start``: a given first pose (default: drawn from ``rng``).
+    or ``pan`` / ``slow_pan`` (a camera turning on a tripod: pans and tilts only, so every pixel's
+    motion follows from the camera and the first frame; the embedded default's worlds, where a tiny
+    model can learn camera control on a CPU). ``start``: a given first pose (default: drawn from ``rng``).
     """
     if motion not in MOTIONS:
         raise ValueError(f"motion must be one of {MOTIONS}, got {motion!r}")
@@ -271,8 +278,8 @@ def sample_trajectory(
     weights = np.array([3, 1.5, 2, 2, 1, 2, 0.5, 1, 0.5, 2.0])
     for n in lengths:
         sec = n / fps
-        if motion == "pan":
-            segment, pitch = _pan_segment(rng, int(n), sec, pitch)
+        if motion in PAN_SPEEDS:
+            segment, pitch = _pan_segment(rng, int(n), sec, pitch, motion)
             segments.append(segment)
             continue
         kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
@@ -446,6 +453,13 @@ def _is_done(folder: Path, spec: SynthSpec, defect: str | None) -> bool:
     return same and (defect is not None or not validate_clip(folder))
 
 
+def corpus_clip_ids(clips: int, frames: int, seed: int, motion: str = "mixed", views: int = 1) -> list[str]:
+    """The clip ids (folder names) ``synth_corpus`` writes for these arguments, in index order."""
+    from solarwm.data.contract import clip_id
+
+    return [clip_id(OWNER, original_id(seed, i, motion, views), 0, frames) for i in range(clips)]
+
+
 def _synth_one(args: tuple[SynthSpec, int, str | None, str]) -> dict[str, Any]:
     """Render and write one clip unless it is already there; returns a per-clip record."""
     from solarwm.data.contract import clip_id, write_clip
@@ -519,7 +533,8 @@ def synth_command(
         workers: parallel worker processes (Ray: CPUs of the local Ray).
         executor: where the per-clip tasks run: process (local pool) or ray.
         ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
-        motion: camera motion family: mixed (walks, turns, orbits, zooms) or pan (pans and tilts only).
+        motion: camera motion family: mixed (walks, turns, orbits, zooms), pan (pans and tilts only, 12-35 deg/s)
+            or slow_pan (3-10 deg/s).
         views: camera paths per world; the clips of one world share their first frame (multi-camera capture).
     """
     width, height = parse_size(size)
