@@ -26,7 +26,7 @@ PY
 python - "$OUT/recipes/tiny_bid.yaml" > "$OUT/synth_args.txt" <<'PY'
 import sys, yaml
 s = yaml.safe_load(open(sys.argv[1]))["data"]["init_args"]["synth"]
-print(f"--clips {s['clips']} --frames {s['frames']} --size {s['width']}x{s['height']} --fps {s['fps']} --seed {s['seed']} --motion {s.get('motion', 'mixed')}")
+print(f"--clips {s['clips']} --frames {s['frames']} --size {s['width']}x{s['height']} --fps {s['fps']} --seed {s['seed']} --motion {s.get('motion', 'mixed')} --views {s.get('views', 1)}")
 PY
 # shellcheck disable=SC2046
 solarwm data synth --out "$OUT/corpus" $(cat "$OUT/synth_args.txt") > "$OUT/synth.json"
