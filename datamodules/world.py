@@ -20,6 +20,7 @@ Two sources of rows, one pipeline (`datamodules.clips`):
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from torch.utils.data import DataLoader
 
 from solarwm.data.recipe import split_rank
 from solarwm.datamodules.clips import ClipWindowDataset, RepeatSampler, Row
+
+#: Written into a corpus the data module renders: the ``SynthCorpus`` it was rendered from.
+SYNTH_MARKER = "synth.json"
 
 
 @dataclass
@@ -107,21 +111,21 @@ class WorldDataModule(pl.LightningDataModule):
         target = Path(self.corpus_dir)
         partial = target.with_name(target.name + ".partial")
         summary = synth_corpus(str(partial), **asdict(self.synth))
+        (partial / SYNTH_MARKER).write_text(json.dumps(asdict(self.synth), sort_keys=True) + "\n")
         partial.rename(target)
         rank_zero_info(f"WorldDataModule: rendered corpus {self.corpus_dir}: {summary}")
 
     def _check_rendered(self, corpus: Path) -> None:
-        """Refuse an existing corpus that is not the ``synth`` spec's (e.g. rendered by an older recipe)."""
-        from solarwm.data.contract import iter_clip_dirs
-        from solarwm.data.sources.synthetic import corpus_clip_ids
-
-        s = self.synth
-        expected = set(corpus_clip_ids(s.clips, s.frames, s.seed, s.motion, s.views))
-        found = {folder.name for folder in iter_clip_dirs(corpus)}
-        if found != expected:
+        """Refuse a corpus this data module rendered from another ``synth`` spec (e.g. an older recipe's)."""
+        marker = corpus / SYNTH_MARKER
+        if not marker.is_file():
+            return  # a corpus of the user's own (or from `solarwm data synth`): used as it is
+        rendered = json.loads(marker.read_text())
+        if rendered != asdict(self.synth):
+            changed = ", ".join(f"{k}: {rendered.get(k)!r} -> {v!r}" for k, v in asdict(self.synth).items()
+                                if rendered.get(k) != v)
             raise FileExistsError(
-                f"WorldDataModule: corpus_dir {corpus} holds {len(found)} clips, {len(found - expected)} of them not "
-                f"rendered by the synth spec {asdict(s)} and {len(expected - found)} of its clips missing; "
+                f"WorldDataModule: corpus_dir {corpus} was rendered from another synth spec ({changed}); "
                 f"delete the folder (it is rendered again) or point corpus_dir elsewhere"
             )
 

@@ -4,6 +4,7 @@
 #   from a held-out first frame along a new camera trajectory.
 set -euo pipefail
 RUN=runs/tiny_bid          # where recipes/tiny_bid.yaml writes (corpus, logs, checkpoints, export)
+rm -rf "$RUN"              # a fresh start: no corpus, checkpoint or logs of an earlier run (or recipe) are reused
 OUT=${SOLARWM_OUT:-outputs/quickstart}
 mkdir -p "$OUT"
 

@@ -23,11 +23,17 @@ for stage in ("bid", "tf", "dmd"):
     (out / "recipes" / f"tiny_{stage}.yaml").write_text(text)
 PY
 
-python - "$OUT/recipes/tiny_bid.yaml" > "$OUT/synth_args.txt" <<'PY'
+python - "$OUT/recipes/tiny_bid.yaml" > "$OUT/synth_args.new" <<'PY'
 import sys, yaml
 s = yaml.safe_load(open(sys.argv[1]))["data"]["init_args"]["synth"]
 print(f"--clips {s['clips']} --frames {s['frames']} --size {s['width']}x{s['height']} --fps {s['fps']} --seed {s['seed']} --motion {s.get('motion', 'mixed')} --views {s.get('views', 1)}")
 PY
+# A rerun resumes OUT only if its worlds are the same (synth adds clips to a folder; it never removes any).
+if [ -f "$OUT/synth_args.txt" ] && ! cmp -s "$OUT/synth_args.txt" "$OUT/synth_args.new"; then
+  echo "three_stages: $OUT was rendered with '$(cat "$OUT/synth_args.txt")', the recipe now asks for '$(cat "$OUT/synth_args.new")'; use another OUT or delete it" >&2
+  exit 2
+fi
+mv "$OUT/synth_args.new" "$OUT/synth_args.txt"
 # shellcheck disable=SC2046
 solarwm data synth --out "$OUT/corpus" $(cat "$OUT/synth_args.txt") > "$OUT/synth.json"
 

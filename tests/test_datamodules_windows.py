@@ -175,16 +175,19 @@ def test_lightning_keeps_the_rank_aware_sampler() -> None:
 
 
 def test_an_existing_corpus_must_be_the_synth_specs(tmp_path) -> None:
-    """A recipe's rendered corpus is reused only if it is that spec's; a stale one is named, not trained on."""
+    """A corpus the module rendered is reused only under the same spec; a stale one is named, not trained on."""
     from solarwm.datamodules import SynthCorpus
 
     spec = SynthCorpus(clips=2, frames=9, width=32, height=32, seed=3, motion="slow_pan")
     corpus = tmp_path / "corpus"
     dm = WorldDataModule(corpus_dir=str(corpus), synth=spec, num_frames=9, width=32, height=32, num_val_clips=1)
-    dm.prepare_data()  # renders
+    dm.prepare_data()  # renders, and records the spec
     dm.prepare_data()  # the same spec: reused as is
-    assert len(list(corpus.iterdir())) == 2
+    assert len([p for p in corpus.iterdir() if p.is_dir()]) == 2
     stale = WorldDataModule(corpus_dir=str(corpus), synth=SynthCorpus(clips=2, frames=9, width=32, height=32, seed=3,
                                                                       motion="pan"), num_frames=9, num_val_clips=1)
-    with pytest.raises(FileExistsError, match="2 of them not rendered by the synth spec.*2 of its clips missing"):
+    with pytest.raises(FileExistsError, match="rendered from another synth spec \\(motion: 'slow_pan' -> 'pan'\\)"):
         stale.prepare_data()
+    # A corpus it did not render (the user's own, or `solarwm data synth`'s) is used as it is.
+    (corpus / "synth.json").unlink()
+    stale.prepare_data()

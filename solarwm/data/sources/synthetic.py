@@ -453,13 +453,6 @@ def _is_done(folder: Path, spec: SynthSpec, defect: str | None) -> bool:
     return same and (defect is not None or not validate_clip(folder))
 
 
-def corpus_clip_ids(clips: int, frames: int, seed: int, motion: str = "mixed", views: int = 1) -> list[str]:
-    """The clip ids (folder names) ``synth_corpus`` writes for these arguments, in index order."""
-    from solarwm.data.contract import clip_id
-
-    return [clip_id(OWNER, original_id(seed, i, motion, views), 0, frames) for i in range(clips)]
-
-
 def _synth_one(args: tuple[SynthSpec, int, str | None, str]) -> dict[str, Any]:
     """Render and write one clip unless it is already there; returns a per-clip record."""
     from solarwm.data.contract import clip_id, write_clip
