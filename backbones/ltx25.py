@@ -109,7 +109,7 @@ from diffusers import AutoencoderKLLTX2Video
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.backbones.codecs import PatchifyCodec
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.ltx25_parts import GemmaFeatureEncoder, LTXVAECodec, _check_keys, _load_selected, _read_json
+from solarwm.backbones.ltx25_parts import GemmaFeatureEncoder, LTXVAECodec, check_config_keys, load_selected, read_json
 from solarwm.backbones.ltx25_model import (
     ContextRotary,
     LTX25VideoTextConnector,
@@ -363,8 +363,8 @@ class LTX25Adapter(BackboneAdapter):
                 f"{self.route}: {tdir} missing or has no config.json: pretrained_path must be a checkpoint folder "
                 "with transformer/ and connectors/ (and vae/ for codec='ltx_vae')"
             )
-        found = _read_json(tdir / "config.json")
-        _check_keys(tdir, found, expected, (
+        found = read_json(tdir / "config.json")
+        check_config_keys(tdir, found, expected, (
             "num_layers", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
             "cross_attention_dim", "gated_attn", "cross_attn_mod", "ff_bias", "rope_type", "use_prompt_embeddings",
             "use_prompt_adaln_single", "use_keyframes_abs_pos_embedding", "patch_size", "patch_size_t",
@@ -372,7 +372,7 @@ class LTX25Adapter(BackboneAdapter):
         with torch.device("meta"):
             model = LTX25VideoTransformer3DModel(**expected)
         if not meta:
-            _load_selected(model, tdir)
+            load_selected(model, tdir)
         return model
 
     def _build_connector(self, root: Path | None, meta: bool = False) -> LTX25VideoTextConnector:
@@ -382,11 +382,11 @@ class LTX25Adapter(BackboneAdapter):
         cdir = root / "connectors"
         if not (cdir / "config.json").is_file():
             raise AdapterError(f"{self.route}: {cdir} missing or has no config.json (the frozen text connector)")
-        _check_keys(cdir, _read_json(cdir / "config.json"), expected, tuple(expected))
+        check_config_keys(cdir, read_json(cdir / "config.json"), expected, tuple(expected))
         with torch.device("meta"):
             connector = LTX25VideoTextConnector(**expected)
         if not meta:
-            _load_selected(connector, cdir)
+            load_selected(connector, cdir)
         return connector
 
     def _build_text_encoder(self, root: Path | None, meta: bool = False) -> nn.Module | None:

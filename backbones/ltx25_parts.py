@@ -92,7 +92,7 @@ class GemmaFeatureEncoder(nn.Module):
                 raise AdapterError(
                     f"ltx25: {folder} missing (text_encoder='gemma' needs text_encoder/, tokenizer/, connectors/)"
                 )
-        arch = (_read_json(model_dir / "config.json").get("architectures") or ["AutoModel"])[0]
+        arch = (read_json(model_dir / "config.json").get("architectures") or ["AutoModel"])[0]
         model_class = getattr(transformers, arch, None)
         if model_class is None:
             raise AdapterError(f"ltx25: {model_dir}: transformers has no class {arch!r}")
@@ -101,7 +101,7 @@ class GemmaFeatureEncoder(nn.Module):
         self.tokenizer.padding_side = "left"  # as the LTX-2 pipelines
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        cfg = _read_json(cdir / "config.json")
+        cfg = read_json(cdir / "config.json")
         if not cfg.get("per_modality_projections", False):
             raise AdapterError(f"ltx25: {cdir} is an LTX-2.0 connector (no per-modality video projection)")
         self.caption_channels, self.video_hidden_dim = int(cfg["caption_channels"]), int(cfg["video_hidden_dim"])
@@ -109,7 +109,7 @@ class GemmaFeatureEncoder(nn.Module):
             self.caption_channels * int(cfg["text_proj_in_factor"]), self.video_hidden_dim,
             bias=bool(cfg.get("proj_bias", False)),
         )
-        _load_selected(self.video_text_proj_in, cdir, prefix="video_text_proj_in.")
+        load_selected(self.video_text_proj_in, cdir, prefix="video_text_proj_in.")
         self.max_length = max_length
 
     @torch.no_grad()
@@ -132,14 +132,15 @@ class GemmaFeatureEncoder(nn.Module):
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint folder's JSON config; an unreadable one is an ``AdapterError`` naming the path."""
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise AdapterError(f"ltx25: cannot read {path}: {e}") from e
 
 
-def _load_selected(model: nn.Module, folder: Path, prefix: str = "") -> None:
+def load_selected(model: nn.Module, folder: Path, prefix: str = "") -> None:
     """Load exactly ``model``'s parameters from the safetensors files of ``folder`` (keys ``prefix + name``),
     reading only those tensors: other components of the checkpoint (audio, AV cross-attention) are never loaded."""
     wanted = {prefix + k: k for k in model.state_dict()}
@@ -162,7 +163,9 @@ def _load_selected(model: nn.Module, folder: Path, prefix: str = "") -> None:
         raise AdapterError(f"ltx25: {folder} does not match the config: {e}") from e
 
 
-def _check_keys(folder: Path, found: dict[str, Any], expected: dict[str, Any], keys: tuple[str, ...]) -> None:
+def check_config_keys(folder: Path, found: dict[str, Any], expected: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Refuse a checkpoint whose config ``found`` differs from ``expected`` in any of ``keys`` (all named)."""
+
     def plain(value: Any) -> Any:
         return tuple(value) if isinstance(value, (list, tuple)) else value
 

@@ -120,10 +120,9 @@ class WorldDataModule(pl.LightningDataModule):
         marker = corpus / SYNTH_MARKER
         if not marker.is_file():
             return  # a corpus of the user's own (or from `solarwm data synth`): used as it is
-        rendered = json.loads(marker.read_text())
-        if rendered != asdict(self.synth):
-            changed = ", ".join(f"{k}: {rendered.get(k)!r} -> {v!r}" for k, v in asdict(self.synth).items()
-                                if rendered.get(k) != v)
+        rendered, wanted = json.loads(marker.read_text()), asdict(self.synth)
+        if rendered != wanted:
+            changed = ", ".join(f"{k}: {rendered.get(k)!r} -> {v!r}" for k, v in wanted.items() if rendered.get(k) != v)
             raise FileExistsError(
                 f"WorldDataModule: corpus_dir {corpus} was rendered from another synth spec ({changed}); "
                 f"delete the folder (it is rendered again) or point corpus_dir elsewhere"

@@ -16,14 +16,14 @@ import torch
 from PIL import Image
 
 from solarwm.backbones.base import load_adapter
+from solarwm.data.video import to_uint8_frames
 from solarwm.datamodules import WorldDataModule
 from solarwm.stages.bidirectional import BidirectionalModule
 
 
 def frames_row(video: torch.Tensor) -> np.ndarray:
     """``video [3, F, H, W]`` in [-1, 1] -> every other frame side by side, uint8 ``[H, W * ceil(F/2), 3]``."""
-    frames = video[:, ::2].clamp(-1, 1).add(1).mul(127.5).round().byte().permute(1, 2, 3, 0).numpy()
-    return np.concatenate(list(frames), axis=1)
+    return np.concatenate(list(to_uint8_frames(video[:, ::2])), axis=1)
 
 
 def main() -> None:

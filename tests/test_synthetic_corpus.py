@@ -14,6 +14,7 @@ from solarwm.data.sources.synthetic import (
     DEFECTS, SynthSpec, assign_defects, build_clip, sample_trajectory, synth_command, synth_corpus,
 )
 from solarwm.data.video import read_video
+from solarwm.metrics.camera_following import rotation_angle_deg
 
 SMALL = dict(frames=9, width=32, height=32, fps=8.0)
 
@@ -172,7 +173,7 @@ def test_pan_worlds_turn_on_a_tripod(tmp_path):
         # Rotation only: the camera centre stays put, the heading changes by 12-35 deg/s.
         np.testing.assert_allclose(clip.c2w[:, :3, 3], np.repeat(clip.c2w[:1, :3, 3], len(clip.c2w), 0), atol=1e-9)
         rel = clip.c2w[0, :3, :3].T @ clip.c2w[-1, :3, :3]
-        turned.append(np.degrees(np.arccos(np.clip((np.trace(rel) - 1) / 2, -1, 1))))
+        turned.append(rotation_angle_deg(rel))
     assert min(turned) > 0.5, turned
     # The mixed worlds of the same seed are other clips under other ids, so the two never collide.
     mixed = synth_corpus(tmp_path, clips=4, seed=5, **SMALL)
@@ -189,7 +190,7 @@ def test_tripod_motions_turn_at_their_speed(motion, low, high):
         traj = sample_trajectory(np.random.default_rng(seed), frames, 96, 64, fps, motion)
         R = traj.c2w[:, :3, :3]
         # Angular speed of every frame step (deg/s): a pan plus a tilt of at most 8 (pan) or 3 (slow_pan).
-        step = [np.degrees(np.arccos(np.clip((np.trace(a.T @ b) - 1) / 2, -1, 1))) for a, b in zip(R[:-1], R[1:])]
+        step = [rotation_angle_deg(a.T @ b) for a, b in zip(R[:-1], R[1:])]
         rates.extend(np.asarray(step) * fps)
         np.testing.assert_allclose(traj.c2w[:, :3, 3], np.repeat(traj.c2w[:1, :3, 3], frames, 0), atol=1e-9)
     tilt = 8.0 if motion == "pan" else 3.0

@@ -218,11 +218,11 @@ def describe_scene(scene: Scene) -> str:
     return " ".join(parts)
 
 
-MOTIONS = ("mixed", "pan", "slow_pan")
 #: Pan and tilt speed ranges (deg/s) of the tripod motions: ``slow_pan`` keeps most of the first frame
 #: in view over a 2 s clip (6-20 deg of a 30-70 deg field of view), so its frames are mostly the first
 #: frame re-projected and a small network can learn to follow the camera exactly.
 PAN_SPEEDS = {"pan": ((12.0, 35.0), 8.0), "slow_pan": ((3.0, 10.0), 3.0)}
+MOTIONS = ("mixed", *PAN_SPEEDS)
 
 
 def _pan_segment(
