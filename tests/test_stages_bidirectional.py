@@ -143,3 +143,29 @@ def test_warmup_schedule_and_cli_style_construction():
         opt["optimizer"].step()
         sched.step()
     assert lrs == pytest.approx([2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4])
+
+
+def test_warmup_constant_cooldown_resumes_a_constant_run_exactly():
+    """The stable phase equals a run without cool-down, so a constant-LR checkpoint resumes into its cool-down."""
+    def lrs(scheduler_args: dict, state: tuple | None = None, start: int = 0, steps: int = 12) -> tuple[list, tuple]:
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched = WarmupConstantLR(opt, **scheduler_args)
+        if state is not None:  # as Lightning resumes: the optimizer's state (its LR too), then the scheduler's
+            opt.load_state_dict(state[0])
+            sched.load_state_dict(state[1])
+        out = []
+        for _ in range(start, steps):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out, (opt.state_dict(), sched.state_dict())
+
+    cool = dict(warmup_steps=2, decay_start=4, decay_steps=4, min_lr_ratio=0.25)
+    full, _ = lrs(cool)
+    assert full == pytest.approx([0.5, 1, 1, 1, 1, 0.8125, 0.625, 0.4375, 0.25, 0.25, 0.25, 0.25])
+    constant, state = lrs(dict(warmup_steps=2), steps=4)  # a constant-LR run stopped where the cool-down starts
+    assert constant == pytest.approx(full[:4])
+    resumed, _ = lrs(cool, state=state, start=4)
+    assert resumed == pytest.approx(full[4:])
+    with pytest.raises(ValueError, match="min_lr_ratio"):
+        WarmupConstantLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), decay_steps=2, min_lr_ratio=2.0)

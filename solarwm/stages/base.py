@@ -27,14 +27,48 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
 
 
 class WarmupConstantLR(torch.optim.lr_scheduler.LambdaLR):
-    """Linear warm-up from ~0 to the optimizer's LR over ``warmup_steps`` optimizer steps, then constant."""
+    """Linear warm-up over ``warmup_steps``, constant LR, then an optional linear cool-down.
 
-    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int = 0) -> None:
+    With ``decay_steps > 0`` the factor falls linearly from 1 at ``decay_start`` to ``min_lr_ratio`` at
+    ``decay_start + decay_steps`` and stays there (a warmup-stable-decay schedule). The stable phase is
+    identical to a run without cool-down, so a constant-LR checkpoint resumes into its cool-down exactly.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        warmup_steps: int = 0,
+        decay_start: int = 0,
+        decay_steps: int = 0,
+        min_lr_ratio: float = 0.0,
+    ) -> None:
+        if decay_steps < 0 or decay_start < 0 or not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(
+                "WarmupConstantLR: decay_start >= 0, decay_steps >= 0 and min_lr_ratio in [0, 1]; "
+                f"got {decay_start}, {decay_steps}, {min_lr_ratio}"
+            )
         self.warmup_steps = warmup_steps
+        self.decay_start, self.decay_steps, self.min_lr_ratio = decay_start, decay_steps, min_lr_ratio
         super().__init__(optimizer, lr_lambda=self._factor)
 
     def _factor(self, step: int) -> float:
-        return 1.0 if self.warmup_steps <= 0 else min(1.0, (step + 1) / self.warmup_steps)
+        warm = 1.0 if self.warmup_steps <= 0 else min(1.0, (step + 1) / self.warmup_steps)
+        if self.decay_steps <= 0 or step < self.decay_start:
+            return warm
+        progress = min(1.0, (step - self.decay_start) / self.decay_steps)
+        return warm * (1.0 - (1.0 - self.min_lr_ratio) * progress)
+
+    # The schedule's shape comes from the config, its progress from the checkpoint: resuming a run with
+    # a cool-down added (or moved) must follow the new shape, not the one the checkpoint was made under.
+    _SHAPE = ("warmup_steps", "decay_start", "decay_steps", "min_lr_ratio")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's progress (``last_epoch``, last LRs), without the schedule's shape."""
+        return {k: v for k, v in super().state_dict().items() if k not in self._SHAPE}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore progress; shape keys in older checkpoints are ignored in favour of the config."""
+        super().load_state_dict({k: v for k, v in state_dict.items() if k not in self._SHAPE})
 
 
 class WarmupCosineLR(torch.optim.lr_scheduler.LambdaLR):
