@@ -48,6 +48,17 @@ class SolarCLI(LightningCLI):
             auto_configure_optimizers=False,
         )
 
+    def _parse_ckpt_path(self) -> None:
+        """A recipe given with ``--config`` decides the model; checkpoint hyperparameters only fill in without one.
+
+        Lightning (2.6) parses the checkpoint's saved hyperparameters over the whole config, so
+        ``solarwm test --config R --ckpt_path C --model.init_args.sample_steps 4`` silently tested with
+        the steps saved in C (Lightning-AI/pytorch-lightning#21455 is the open upstream fix).
+        """
+        if self.config.get("subcommand") and self.config[self.config.subcommand].get("config"):
+            return
+        super()._parse_ckpt_path()
+
 
 class _ParseOnlyCLI(SolarCLI):
     """The same parser and checks as `SolarCLI`, stopping before anything is instantiated."""

@@ -14,7 +14,7 @@ from solarwm.camera.trajectory import compose_segments, forward, save_trajectory
 from solarwm.data.contract import iter_clip_dirs
 from solarwm.data.video import probe_video, read_video
 from solarwm.stages.checkpoints import StageCheckpointError
-from solarwm.train_cli import main
+from solarwm.train_cli import SolarCLI, main
 from test_train_cli_fit import _tiny_recipe
 
 
@@ -114,6 +114,20 @@ def test_solarwm_test_reports_fidelity_baselines_and_camera_following(runs, caps
     out = capsys.readouterr().out
     for name in ("test/psnr", "test/psnr_static", "test/ssim", "test/cam_rot_err_deg", "test/cam_rot_err_deg_gt"):
         assert name in out
+
+
+def test_solarwm_test_command_line_wins_over_checkpoint_hyperparameters(runs) -> None:
+    """`--model.init_args.sample_steps 3` with `--config` and `--ckpt_path` tests at 3 steps, not the saved number."""
+
+    class Built(SolarCLI):
+        def _run_subcommand(self, subcommand: str) -> None:
+            """Build the model only."""
+
+    ckpt = runs["root"] / "tf" / "checkpoints" / "last.ckpt"
+    saved = torch.load(ckpt, weights_only=True)["hyper_parameters"]["sample_steps"]
+    args = ["test", "--config", str(runs["tf"]), "--ckpt_path", str(ckpt), "--trainer.logger", "false"]
+    assert Built(args=args).model.sample_steps == saved
+    assert Built(args=[*args, "--model.init_args.sample_steps", str(saved + 1)]).model.sample_steps == saved + 1
 
 
 def test_stage3_exports_a_causal_student_and_predicts_from_checkpoint_and_export(runs, capsys) -> None:
