@@ -109,7 +109,8 @@ from diffusers import AutoencoderKLLTX2Video
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.backbones.codecs import PatchifyCodec
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.ltx25_parts import GemmaFeatureEncoder, LTXVAECodec, check_config_keys, load_selected, read_json
+from solarwm.backbones.pretrained import check_config_keys
+from solarwm.backbones.ltx25_parts import GemmaFeatureEncoder, LTXVAECodec, load_selected, read_json
 from solarwm.backbones.ltx25_model import (
     ContextRotary,
     LTX25VideoTextConnector,
@@ -364,7 +365,7 @@ class LTX25Adapter(BackboneAdapter):
                 "with transformer/ and connectors/ (and vae/ for codec='ltx_vae')"
             )
         found = read_json(tdir / "config.json")
-        check_config_keys(tdir, found, expected, (
+        check_config_keys(self.route, tdir, found, expected, (
             "num_layers", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
             "cross_attention_dim", "gated_attn", "cross_attn_mod", "ff_bias", "rope_type", "use_prompt_embeddings",
             "use_prompt_adaln_single", "use_keyframes_abs_pos_embedding", "patch_size", "patch_size_t",
@@ -382,7 +383,7 @@ class LTX25Adapter(BackboneAdapter):
         cdir = root / "connectors"
         if not (cdir / "config.json").is_file():
             raise AdapterError(f"{self.route}: {cdir} missing or has no config.json (the frozen text connector)")
-        check_config_keys(cdir, read_json(cdir / "config.json"), expected, tuple(expected))
+        check_config_keys(self.route, cdir, read_json(cdir / "config.json"), expected, tuple(expected))
         with torch.device("meta"):
             connector = LTX25VideoTextConnector(**expected)
         if not meta:

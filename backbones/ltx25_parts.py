@@ -161,15 +161,3 @@ def load_selected(model: nn.Module, folder: Path, prefix: str = "") -> None:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as e:
         raise AdapterError(f"ltx25: {folder} does not match the config: {e}") from e
-
-
-def check_config_keys(folder: Path, found: dict[str, Any], expected: dict[str, Any], keys: tuple[str, ...]) -> None:
-    """Refuse a checkpoint whose config ``found`` differs from ``expected`` in any of ``keys`` (all named)."""
-
-    def plain(value: Any) -> Any:
-        return tuple(value) if isinstance(value, (list, tuple)) else value
-
-    wrong = [f"{k}: checkpoint {found[k]!r} != config {expected[k]!r}"
-             for k in keys if k in found and plain(found[k]) != plain(expected[k])]
-    if wrong:
-        raise AdapterError(f"ltx25: checkpoint {folder} does not match the config: " + "; ".join(wrong))

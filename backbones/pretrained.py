@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -13,6 +13,22 @@ from solarwm.backbones.base import AdapterError
 def _plain(value: Any) -> Any:
     """JSON round trips turn tuples into lists; compare them as tuples."""
     return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def check_config_keys(
+    route: str, folder: Path, found: Mapping[str, Any], expected: Mapping[str, Any], keys: Iterable[str]
+) -> None:
+    """Refuse a checkpoint whose config ``found`` differs from ``expected`` on any of ``keys`` it holds.
+
+    The ``AdapterError`` names the folder and every differing key with both values.
+    """
+    wrong = [
+        f"{k}: checkpoint {found[k]!r} != config {expected[k]!r}"
+        for k in keys
+        if k in found and _plain(found[k]) != _plain(expected[k])
+    ]
+    if wrong:
+        raise AdapterError(f"{route}: checkpoint {folder} does not match the config: " + "; ".join(wrong))
 
 
 def load_transformer(
@@ -38,12 +54,6 @@ def load_transformer(
             f"with {layout}"
         )
     model = model_class.from_pretrained(str(tdir), use_safetensors=True)
-    keys = list(expected) if checked is None else list(checked)
-    wrong = [
-        f"{k}: checkpoint {model.config.get(k)!r} != config {expected[k]!r}"
-        for k in keys
-        if _plain(model.config.get(k)) != _plain(expected[k])
-    ]
-    if wrong:
-        raise AdapterError(f"{route}: checkpoint {tdir} does not match the config: " + "; ".join(wrong))
+    # diffusers configs record every constructor argument, so each key of ``expected`` is in model.config.
+    check_config_keys(route, tdir, model.config, expected, list(expected) if checked is None else checked)
     return model

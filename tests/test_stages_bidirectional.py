@@ -169,3 +169,11 @@ def test_warmup_constant_cooldown_resumes_a_constant_run_exactly():
     assert resumed == pytest.approx(full[4:])
     with pytest.raises(ValueError, match="min_lr_ratio"):
         WarmupConstantLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), decay_steps=2, min_lr_ratio=2.0)
+
+    # The cosine schedule keeps its shape out of the state too: a resume follows the config's total_steps.
+    from solarwm.stages.base import WarmupCosineLR
+
+    short = WarmupCosineLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), total_steps=10)
+    longer = WarmupCosineLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), total_steps=100)
+    longer.load_state_dict(short.state_dict())
+    assert "total_steps" not in short.state_dict() and longer.total_steps == 100

@@ -7,6 +7,7 @@ can refuse a checkpoint of the wrong stage or route with a clear message.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
@@ -26,13 +27,38 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.0)
 
 
-class WarmupConstantLR(torch.optim.lr_scheduler.LambdaLR):
+class _ConfiguredLR(torch.optim.lr_scheduler.LambdaLR):
+    """A LambdaLR whose shape (its constructor arguments, ``_SHAPE``) comes from the config, its progress from a checkpoint.
+
+    Resuming a run with the schedule changed (a cool-down added or moved, another ``total_steps``) must
+    follow the new shape, not the one the checkpoint was made under, so the shape is kept out of the state.
+    """
+
+    _SHAPE: ClassVar[tuple[str, ...]] = ()
+    warmup_steps: int
+
+    def _warmup(self, step: int) -> float:
+        """Linear warm-up factor from ~0 to 1 over ``warmup_steps`` optimizer steps."""
+        return 1.0 if self.warmup_steps <= 0 else min(1.0, (step + 1) / self.warmup_steps)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's progress (``last_epoch``, last LRs), without the schedule's shape."""
+        return {k: v for k, v in super().state_dict().items() if k not in self._SHAPE}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore progress; shape keys in older checkpoints are ignored in favour of the config."""
+        super().load_state_dict({k: v for k, v in state_dict.items() if k not in self._SHAPE})
+
+
+class WarmupConstantLR(_ConfiguredLR):
     """Linear warm-up over ``warmup_steps``, constant LR, then an optional linear cool-down.
 
     With ``decay_steps > 0`` the factor falls linearly from 1 at ``decay_start`` to ``min_lr_ratio`` at
     ``decay_start + decay_steps`` and stays there (a warmup-stable-decay schedule). The stable phase is
     identical to a run without cool-down, so a constant-LR checkpoint resumes into its cool-down exactly.
     """
+
+    _SHAPE = ("warmup_steps", "decay_start", "decay_steps", "min_lr_ratio")
 
     def __init__(
         self,
@@ -52,27 +78,17 @@ class WarmupConstantLR(torch.optim.lr_scheduler.LambdaLR):
         super().__init__(optimizer, lr_lambda=self._factor)
 
     def _factor(self, step: int) -> float:
-        warm = 1.0 if self.warmup_steps <= 0 else min(1.0, (step + 1) / self.warmup_steps)
+        warm = self._warmup(step)
         if self.decay_steps <= 0 or step < self.decay_start:
             return warm
         progress = min(1.0, (step - self.decay_start) / self.decay_steps)
         return warm * (1.0 - (1.0 - self.min_lr_ratio) * progress)
 
-    # The schedule's shape comes from the config, its progress from the checkpoint: resuming a run with
-    # a cool-down added (or moved) must follow the new shape, not the one the checkpoint was made under.
-    _SHAPE = ("warmup_steps", "decay_start", "decay_steps", "min_lr_ratio")
 
-    def state_dict(self) -> dict[str, Any]:
-        """The scheduler's progress (``last_epoch``, last LRs), without the schedule's shape."""
-        return {k: v for k, v in super().state_dict().items() if k not in self._SHAPE}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore progress; shape keys in older checkpoints are ignored in favour of the config."""
-        super().load_state_dict({k: v for k, v in state_dict.items() if k not in self._SHAPE})
-
-
-class WarmupCosineLR(torch.optim.lr_scheduler.LambdaLR):
+class WarmupCosineLR(_ConfiguredLR):
     """Linear warm-up over ``warmup_steps``, then cosine decay to ``min_lr_ratio`` × LR at ``total_steps``."""
+
+    _SHAPE = ("warmup_steps", "total_steps", "min_lr_ratio")
 
     def __init__(
         self, optimizer: torch.optim.Optimizer, warmup_steps: int = 0, total_steps: int = 1, min_lr_ratio: float = 0.1
@@ -83,10 +99,8 @@ class WarmupCosineLR(torch.optim.lr_scheduler.LambdaLR):
         super().__init__(optimizer, lr_lambda=self._factor)
 
     def _factor(self, step: int) -> float:
-        import math
-
         if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
+            return self._warmup(step)
         span = max(1, self.total_steps - self.warmup_steps)
         progress = min(1.0, (step - self.warmup_steps) / span)
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
