@@ -153,4 +153,6 @@ def check_lora(adapter: BackboneAdapter, batch: dict, directory: Path, lora: dic
         assert not (merged_dir / "lora").exists()
         merged = load_adapter(merged_dir).eval()
         assert merged.lora_config is None
-        torch.testing.assert_close(merged(x, sigma, merged.prepare_conditions(batch)), expected, rtol=0, atol=1e-5)
+        # W + BA rounds differently from W x + B(A x): float32 rounding, relative to the output's size
+        # (torch 2.13: 1 of 98,304 LTX outputs off by 1.14e-5).
+        torch.testing.assert_close(merged(x, sigma, merged.prepare_conditions(batch)), expected, rtol=1e-5, atol=1e-5)
