@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from solarwm.data.video import to_uint8_frames
-from solarwm.metrics import CameraFollowing, video_from_uint8
+from solarwm.metrics import CameraFollowing, VideoPSNR, video_from_uint8
 from solarwm.train_cli import SolarCLI
 
 Degrade = Callable[[np.ndarray, np.random.Generator], np.ndarray]
@@ -36,19 +36,18 @@ def blur(sigma: float, std: float = 0.0) -> Degrade:
 
 
 def score(batches: list[dict], degrade: Degrade) -> tuple[float, dict[str, float]]:
-    """(PSNR of frames 1.. in dB, camera-following summary) of the degraded clips."""
-    metric, squared, rng = CameraFollowing(), [], np.random.default_rng(0)
+    """(PSNR in dB as `solarwm test` reports it, camera-following summary) of the degraded clips."""
+    metric, psnr, rng = CameraFollowing(), VideoPSNR(), np.random.default_rng(0)
     for batch in batches:
-        videos = []
+        clean, degraded = [], []
         for video in batch["video"]:
-            frames = to_uint8_frames(video)
-            out = np.stack([frames[0]] + [degrade(f, rng) for f in frames[1:]])
-            squared.append(((out[1:].astype(np.float64) - frames[1:]) ** 2).mean())
-            videos.append(video_from_uint8(out))
-        metric.update(torch.cat(videos), batch["c2w"], batch["K"])
-    mse = float(np.mean(squared))
-    psnr = float("inf") if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
-    return psnr, {k: float(v) for k, v in metric.compute().items()}
+            frames = to_uint8_frames(video)  # scored against the same 8-bit frames, so undegraded is inf dB
+            clean.append(video_from_uint8(frames))
+            degraded.append(video_from_uint8(np.stack([frames[0]] + [degrade(f, rng) for f in frames[1:]])))
+        degraded = torch.cat(degraded)
+        psnr.update(degraded, torch.cat(clean))
+        metric.update(degraded, batch["c2w"], batch["K"])
+    return float(psnr.compute()), {k: float(v) for k, v in metric.compute().items()}
 
 
 def main() -> None:
