@@ -3,7 +3,8 @@
 It also logs scalars ``eval/psnr`` (generated frames vs ground truth), ``eval/psnr_static`` (the
 first frame repeated, the trivial baseline) and ``eval/cam_rot_err_deg`` (camera following).
 
-Every ``every_n_steps`` optimizer steps and at the end of each validation, the first
+Every ``every_n_steps`` optimizer steps (on the batch whose steps reach or cross the multiple: a DMD batch
+makes one or two, `solarwm.callbacks.checkpoint.crossed_multiple`) and at the end of each validation, the first
 ``num_samples`` held-out windows are generated from their first frame, caption and
 camera trajectory (``pl_module.generate``, with the EMA weights when an `EMA` callback
 is present) and logged as ground truth | generated, side by side:
@@ -28,6 +29,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.data import default_collate
 
+from solarwm.callbacks.checkpoint import crossed_multiple
 from solarwm.callbacks.ema import maybe_ema
 from solarwm.data.video import to_uint8_frames
 
@@ -55,13 +57,17 @@ class EvalVideoLogger(Callback):
         self.every_n_steps, self.num_samples, self.num_steps = every_n_steps, num_samples, num_steps
         self.fps, self.seed = fps, seed
         self._last_step: int | None = None
+        self._steps_before_batch = 0
         self.written: list[Path] = []  # mp4 files written so far (for inspection and tests)
         self.metrics: dict[str, float] = {}  # the last logged scores (eval/psnr, eval/psnr_static, eval/cam_rot_err_deg)
 
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
+        """Remember the optimizer step count before this batch's updates."""
+        self._steps_before_batch = trainer.global_step
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
-        """Log when the optimizer step count hits a multiple of ``every_n_steps``."""
-        step = trainer.global_step
-        if step > 0 and step % self.every_n_steps == 0:
+        """Log when this batch's optimizer steps reached or crossed a multiple of ``every_n_steps``."""
+        if crossed_multiple(self._steps_before_batch, trainer.global_step, self.every_n_steps):
             self.log_samples(trainer, pl_module)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -116,3 +116,34 @@ def test_training_keeps_the_teacher_and_resume_continues_exactly(corpus, tmp_pat
     for (_, c_full, s_full), (_, c_res, s_res) in zip(full, resumed):
         assert c_res == pytest.approx(c_full, rel=1e-5, abs=1e-7)
         assert (s_full is None) == (s_res is None) and (s_full is None or s_res == pytest.approx(s_full, rel=1e-5, abs=1e-7))
+
+
+def test_periodic_checkpoints_and_eval_videos_fire_when_the_step_count_jumps_over_the_multiple(corpus, tmp_path):
+    """A DMD batch makes 1 or 2 optimizer steps; with student_update_every=2 the count runs 1, 2, 4, 5, 7, 8.
+
+    Lightning's ModelCheckpoint (``global_step % 3 == 0``) never saves; StepCheckpoint and EvalVideoLogger act
+    on the batches that cross 3 and 6 (ending at steps 4 and 7).
+    """
+    from solarwm.callbacks import EvalVideoLogger, StepCheckpoint, crossed_multiple
+
+    assert crossed_multiple(2, 4, 3) and crossed_multiple(2, 3, 3) and not crossed_multiple(4, 5, 3)
+    assert not crossed_multiple(0, 0, 1) and not crossed_multiple(0, 5, 0)
+    steps = []
+
+    class Steps(pl.Callback):
+        def on_train_batch_end(self, trainer, *args) -> None:
+            steps.append(trainer.global_step)
+
+    videos = EvalVideoLogger(every_n_steps=3, num_steps=1)
+    callbacks = [Steps(), videos,
+                 pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "lightning", every_n_train_steps=3, save_top_k=-1),
+                 StepCheckpoint(dirpath=tmp_path / "step", every_n_train_steps=3, save_top_k=-1,
+                                filename="{step}")]
+    trainer = pl.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=callbacks,
+                         default_root_dir=tmp_path)
+    trainer.fit(make_module(), datamodule=datamodule(corpus))
+    assert steps == [1, 2, 4, 5, 7, 8]
+    assert not list((tmp_path / "lightning").glob("*.ckpt"))
+    assert sorted(p.name for p in (tmp_path / "step").glob("*.ckpt")) == ["step=4.ckpt", "step=7.ckpt"]
+    assert [p.name.split("_")[0] for p in videos.written] == ["step0000004", "step0000007"]
