@@ -13,7 +13,7 @@ that the mean error hides:
   the step into the next latent frame catches up;
 * the token grid: the mean luminance step across token borders (every 4th pixel column and row at
   32x32) over the one inside tokens, 1 for a video without a grid. Its corners stand still while the
-  camera turns, so they pull the step-1 gains down further: on the stage-1 export of the README run the
+  camera turns, so they pull the step-1 gains down further: on a stage-1 export of the 2-layer base the
   steps inside a latent read 0.6-0.8 and the steps into the next one 1.0-1.3, and after a 1.2 px blur
   of every frame (grid 1.38 -> 1.10) 0.8-0.9 and 1.2-1.3, whose sums match the step-4 gains.
 """

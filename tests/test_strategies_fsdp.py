@@ -120,7 +120,12 @@ def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
 
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
     block = route_block_class("wan22_ti2v_5b")
-    blocks = sum(isinstance(m, block) for m in route_class("wan22_ti2v_5b")(preset="tiny").transformer.modules())
+    # The recipe's model (its base's depth), not the route's tiny preset.
+    config = yaml.safe_load((RECIPES / "tiny_bid.yaml").read_text())["model"]["init_args"]["adapter"]["init_args"]["config"]
+    tiny = route_class("wan22_ti2v_5b").config_class.tiny()
+    tiny.num_layers = config.get("num_layers", tiny.num_layers)
+    blocks = sum(isinstance(m, block) for m in route_class("wan22_ti2v_5b")(config=tiny).transformer.modules())
+    assert blocks == tiny.num_layers
     for doc in ranks:
         assert len(doc["losses"]) == 2 and all(math.isfinite(v) for v in doc["losses"])
         assert doc["param_dtype"] == "torch.bfloat16" and doc["reduce_dtype"] == "torch.float32"

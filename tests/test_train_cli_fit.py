@@ -28,7 +28,7 @@ def _tiny_recipe(root: Path, recipe: str = "tiny_bid.yaml", corpus: Path | None 
             args.update(every_n_steps=2, num_steps=2)
         elif cb["class_path"].endswith("AdapterExport"):
             args["dirpath"] = str(root / "adapter")
-        elif cb["class_path"].endswith("ModelCheckpoint"):
+        elif cb["class_path"].endswith(("ModelCheckpoint", "StepCheckpoint")):
             args.update(dirpath=str(root / "checkpoints"), every_n_train_steps=2)
     doc["model"]["init_args"]["adapter"]["init_args"].update(adapter_init)
     corpus = corpus or root / "corpus"
