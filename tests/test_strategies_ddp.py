@@ -97,7 +97,9 @@ def test_stage1_bidirectional_ddp_equals_one_process(tmp_path, corpus) -> None:
 
 def test_stage2_tf_anyflow_ddp_equals_one_process(tmp_path, corpus) -> None:
     """Stage 2 from a fresh model (``init_from: null``): kinds, times and noise per sample, the rescale reference global."""
-    single, ddp = _fit_both(tmp_path, corpus, "tiny_tf.yaml", "train/loss", model={"init_from": None})
+    # The reference's pair mix (the tiny recipe trains r = t only), so kinds and the rescale are exercised.
+    model = {"init_from": None, "diffusion_ratio": 0.5, "consistency_ratio": 0.25}
+    single, ddp = _fit_both(tmp_path, corpus, "tiny_tf.yaml", "train/loss", model=model)
     _assert_same(single, ddp, range(STEPS))
     assert len({round(v, 4) for v in single.values()}) == STEPS
     flow_single, flow_ddp = _losses(tmp_path / "one", "train/flow_loss"), _losses(tmp_path / "two", "train/flow_loss")

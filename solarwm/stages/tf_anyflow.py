@@ -5,7 +5,8 @@ The stage-1 model becomes a block-causal flow map. Every step runs the adapter's
 per sample (50% ``r = t``, 25% ``r = 0``, 25% ``0 < r < t``, the route's shift on both), the r-embedding
 (a copy of the pretrained time embedding, gate 0.25) and the bounded finite-difference target of
 ``solarwm.stages.flowmap``. Non-diffusion losses are rescaled to the diffusion losses, then weighted by
-the Gaussian timestep weight. Cost: 4 forwards per step (5 with the CFG-fused target).
+the Gaussian timestep weight. Cost: 4 forwards per step (5 with the CFG-fused target), 3 fewer when every
+pair has r = t (no finite difference to take).
 
 Validation reports the plain teacher-forced flow loss at ``r = t`` with fixed noise, and ``generate``
 is the few-step causal rollout (``solarwm.rollout``) that the eval video callback logs.
@@ -85,6 +86,14 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         self.solver = "flowmap"
 
     # ------------------------------------------------------------------ objective
+    @property
+    def has_flow_map_pairs(self) -> bool:
+        """Whether any pair has r < t (else the 3 no-grad forwards of the finite difference are skipped).
+
+        A recipe constant, not a property of one batch, so every rank of a sharded run makes the same forwards.
+        """
+        return self.diffusion_ratio < 1.0
+
     def anyflow_loss(
         self, batch: dict[str, Any], generator: RandomSource = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -115,15 +124,18 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
                 negative = dict(cond, text_embeds=adapter.text_features({"caption": [self.negative_prompt] * b})[0])
                 target = g * target + (1.0 - g) * tf(x_t, t_pf, t_pf, negative)
         u = tf(x_t, t_pf, r_pf)
-        with torch.no_grad():
-            v_hat = tf(x_t, t_pf, t_pf)  # the model's own diagonal velocity
-            s_plus, s_minus = finite_difference_window(sigma_t, sigma_r, self.fd_eps)
-            u_pm = []
-            for s_new in (s_plus, s_minus):
-                s_pf = per_frame(adapter, s_new, f)
-                z = x_t + v_hat * (s_pf - t_pf)[:, None, :, None, None]  # anchor frames stay put (both sigmas 0)
-                u_pm.append(tf(z, s_pf, r_pf))
-        prediction = flow_map_prediction(u, u_pm[0], u_pm[1], sigma_t, sigma_r, s_plus, s_minus)
+        if self.has_flow_map_pairs:
+            with torch.no_grad():
+                v_hat = tf(x_t, t_pf, t_pf)  # the model's own diagonal velocity
+                s_plus, s_minus = finite_difference_window(sigma_t, sigma_r, self.fd_eps)
+                u_pm = []
+                for s_new in (s_plus, s_minus):
+                    s_pf = per_frame(adapter, s_new, f)
+                    z = x_t + v_hat * (s_pf - t_pf)[:, None, :, None, None]  # anchor frames stay put (both sigmas 0)
+                    u_pm.append(tf(z, s_pf, r_pf))
+            prediction = flow_map_prediction(u, u_pm[0], u_pm[1], sigma_t, sigma_r, s_plus, s_minus)
+        else:
+            prediction = u  # every pair has r = t, where the finite-difference term is (t - r)·slope = 0
         mask = adapter.loss_mask(x0).expand_as(prediction)
         per_sample = (((prediction - target) / g) ** 2 * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp_min(1.0)
         raw = per_sample.detach()
