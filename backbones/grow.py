@@ -68,6 +68,7 @@ def grow_export(src: str | Path, dst: str | Path, factor: int = 2) -> Path:
     big.load_state_dict(grow_state_dict(small.state_dict(), layers, factor, prefix="transformer."))
     return big.save_adapter(dst, stage=meta.get("stage"))
 
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m solarwm.backbones.grow SRC DST [--factor N]``."""
     parser = argparse.ArgumentParser(prog="python -m solarwm.backbones.grow", description=__doc__.split("\n\n")[0])
