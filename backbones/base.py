@@ -31,92 +31,37 @@ optional ``latents`` ``[B, C, f, h, w]`` (cached latents: ``encode`` is skipped)
 ``sample_index`` int64 ``[B]`` (the samples' logical indices in the training stream, which key their
 per-sample noise so that a step is the same on any number of ranks; absent: the global RNG keys them).
 
-Export layout written by ``save_adapter(dir)``::
-
-    dir/adapter.json         {"schema": "solarwm.adapter/1", "route": ..., "config": {...}, "lora": {...}|absent}
-    dir/transformer/         diffusers save_pretrained (safetensors) of the base (or the LoRA-merged) model
-    dir/lora/pytorch_lora_weights.safetensors  the LoRA (peft keys; only with LoRA, not merged)
-    dir/camera.safetensors   camera weights (``camera_state_dict()``; may be empty)
-    dir/flow_map.safetensors the AnyFlow r-embedding (only when ``enable_flow_map`` was called)
-    dir/<extra>/             route-specific frozen parts needed to rebuild (e.g. ``vae/``)
+The export folder ``save_adapter(dir)`` writes, and the route registry: ``solarwm.backbones.export``.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
 import copy
 import dataclasses
-import importlib
 import json
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from solarwm.backbones import lora as _lora
+from solarwm.backbones.export import (  # noqa: F401  (re-exported: the contract's names)
+    ADAPTER_SCHEMA,
+    ROUTES,
+    AdapterError,
+    load_adapter,
+    read_adapter_json,
+    read_export,
+    register_route,
+    route_class,
+    write_export,
+)
 from solarwm.backbones.lora import LoRAConfig, LoRAError
 from solarwm.backbones.text import zero_padding
 from solarwm.camera.se3 import relative_pose, se3_inverse
 from solarwm.rollout.cache import KVCache
 from solarwm.stages.objectives import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
-
-ADAPTER_SCHEMA = "solarwm.adapter/1"
-
-#: Route name -> "module:Class". Resolved lazily so that listing routes imports no heavy module.
-ROUTES: dict[str, str] = {
-    "wan22_ti2v_5b": "solarwm.backbones.wan22_ti2v_5b:Wan22TI2V5BAdapter",
-    "minimax_h3": "solarwm.backbones.minimax_h3:MiniMaxH3Adapter",
-    "wan22_i2v_14b": "solarwm.backbones.wan22_i2v_14b:Wan22I2V14BAdapter",
-    "ltx25": "solarwm.backbones.ltx25:LTX25Adapter",
-}
-
-
-class AdapterError(RuntimeError):
-    """A backbone adapter could not be built, loaded or called; the message names the path/check."""
-
-
-def register_route(name: str, target: str) -> None:
-    """Register a route name -> ``"module:Class"`` (for routes living outside this package)."""
-    ROUTES[name] = target
-
-
-def route_class(name: str) -> type["BackboneAdapter"]:
-    """Resolve a route name to its adapter class (imports the route module on first use)."""
-    if name not in ROUTES:
-        raise AdapterError(f"unknown backbone route {name!r}; known routes: {sorted(ROUTES)}")
-    module_name, _, class_name = ROUTES[name].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    if not (isinstance(cls, type) and issubclass(cls, BackboneAdapter)):
-        raise AdapterError(f"route {name!r} resolves to {ROUTES[name]}, which is not a BackboneAdapter")
-    return cls
-
-
-def read_adapter_json(directory: str | Path) -> dict[str, Any]:
-    """Read and check ``dir/adapter.json``; raises ``AdapterError`` naming the path on any problem."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise AdapterError(f"adapter export folder not found: {directory}")
-    meta_path = directory / "adapter.json"
-    if not meta_path.is_file():
-        raise AdapterError(f"{meta_path} missing: {directory} is not a SolarWM adapter export")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as e:
-        raise AdapterError(f"{meta_path} is not valid JSON: {e}") from e
-    if meta.get("schema") != ADAPTER_SCHEMA or "route" not in meta or "config" not in meta:
-        raise AdapterError(f"{meta_path}: expected schema {ADAPTER_SCHEMA!r} with 'route' and 'config'")
-    return meta
-
-
-def load_adapter(directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
-    """Rebuild the adapter exported in ``directory`` whatever its route (see ``save_adapter``)."""
-    meta = read_adapter_json(directory)
-    return route_class(meta["route"]).load_adapter(directory, **kwargs)
-
 
 #: Standard deviation of the latents the ``x0_skip`` preconditioning assumes (pixels in [-1, 1] through the
 #: lossless patchify codec: about 0.5).
@@ -632,41 +577,9 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         whether the export is a causal model. With LoRA, ``transformer/`` is the frozen base (diffusers keys)
         and ``lora/`` the LoRA weights, the config in ``adapter.json["lora"]``; ``merge_lora=True`` writes the
         merged model as a plain ``transformer/`` and no LoRA (this adapter is left as it is).
+        The layout: ``solarwm.backbones.export``.
         """
-        directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = directory.with_name(f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
-        try:
-            tmp.mkdir()
-            lora_on = self.lora_config is not None
-            with _lora.plain_modules(self.transformer, merge=merge_lora):
-                self.transformer.save_pretrained(tmp / "transformer", safe_serialization=True)
-            if lora_on and not merge_lora:
-                _lora.save_lora(self.transformer, tmp / "lora", self.lora_config)
-            camera = {k: v.detach().cpu().contiguous() for k, v in self.camera_state_dict().items()}
-            save_file(camera, str(tmp / "camera.safetensors"))
-            self._export_extra(tmp)
-            meta = {"schema": ADAPTER_SCHEMA, "route": self.route, "config": self.config_dict(), "stage": stage}
-            if lora_on and not merge_lora:
-                meta["lora"] = dataclasses.asdict(self.lora_config)
-            if self.delta_embedding is not None:
-                # A flow map copied from a LoRA-adapted time embedding is merged along with the transformer.
-                with _lora.plain_modules(self.delta_embedding, merge=True) if merge_lora else contextlib.nullcontext():
-                    delta = {k: v.detach().cpu().contiguous() for k, v in self.delta_embedding.state_dict().items()}
-                save_file(delta, str(tmp / "flow_map.safetensors"))
-                meta["flow_map_gate"] = self.flow_map_gate
-            (tmp / "adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            old = None
-            if directory.exists():
-                old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
-                directory.rename(old)
-            tmp.rename(directory)
-            if old is not None:
-                shutil.rmtree(old)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-        return directory
+        return write_export(self, directory, stage, merge_lora)
 
     @classmethod
     def from_export(cls, directory: Path, config: Any, **kwargs: Any) -> "BackboneAdapter":
@@ -680,34 +593,6 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     @classmethod
     def load_adapter(cls, directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
         """Rebuild an identical adapter from ``save_adapter`` output; errors name the folder and the check."""
-        directory = Path(directory)
-        meta = read_adapter_json(directory)
         if cls is BackboneAdapter:
-            return route_class(meta["route"]).load_adapter(directory, **kwargs)
-        if meta["route"] != cls.route:
-            raise AdapterError(
-                f"{directory} holds an adapter of route {meta['route']!r}, not {cls.route!r} ({cls.__name__})"
-            )
-        try:
-            config = cls.config_class(**meta["config"])
-        except TypeError as e:
-            raise AdapterError(f"{directory / 'adapter.json'}: config does not match {cls.config_class.__name__}: {e}") from e
-        camera_path = directory / "camera.safetensors"
-        if not camera_path.is_file():
-            raise AdapterError(f"{camera_path} missing in adapter export {directory}")
-        kwargs.pop("lora", None)  # the export decides: adapter.json["lora"]
-        adapter = cls.from_export(directory, config, **kwargs)
-        adapter.load_camera_state_dict(load_file(str(camera_path)))
-        if meta.get("lora") is not None:
-            adapter.enable_lora(meta["lora"])
-            try:
-                _lora.load_lora(adapter.transformer, directory / "lora")
-            except LoRAError as e:
-                raise AdapterError(f"{directory}: {e}") from e
-        if meta.get("flow_map_gate") is not None:
-            delta_path = directory / "flow_map.safetensors"
-            if not delta_path.is_file():
-                raise AdapterError(f"{delta_path} missing: adapter.json names a flow map (flow_map_gate)")
-            adapter.enable_flow_map(meta["flow_map_gate"])
-            adapter.delta_embedding.load_state_dict(load_file(str(delta_path)))
-        return adapter
+            return load_adapter(directory, **kwargs)
+        return read_export(cls, directory, **kwargs)

@@ -1,0 +1,156 @@
+"""The adapter export folder and the route registry: how a trained adapter is written, found and rebuilt.
+
+Layout written by ``write_export`` (``BackboneAdapter.save_adapter``)::
+
+    dir/adapter.json         {"schema": "solarwm.adapter/1", "route": ..., "config": {...}, "lora": {...}|absent}
+    dir/transformer/         diffusers save_pretrained (safetensors) of the base (or the LoRA-merged) model
+    dir/lora/pytorch_lora_weights.safetensors  the LoRA (peft keys; only with LoRA, not merged)
+    dir/camera.safetensors   camera weights (``camera_state_dict()``; may be empty)
+    dir/flow_map.safetensors the AnyFlow r-embedding (only when ``enable_flow_map`` was called)
+    dir/<extra>/             route-specific frozen parts needed to rebuild (e.g. ``vae/``)
+
+Every tensor is read with safetensors; nothing in an export is unpickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from safetensors.torch import load_file, save_file
+
+from solarwm.backbones import lora as _lora
+from solarwm.backbones.lora import LoRAError
+
+if TYPE_CHECKING:
+    from solarwm.backbones.base import BackboneAdapter
+
+ADAPTER_SCHEMA = "solarwm.adapter/1"
+
+#: Route name -> "module:Class". Resolved lazily so that listing routes imports no heavy module.
+ROUTES: dict[str, str] = {
+    "wan22_ti2v_5b": "solarwm.backbones.wan22_ti2v_5b:Wan22TI2V5BAdapter",
+    "minimax_h3": "solarwm.backbones.minimax_h3:MiniMaxH3Adapter",
+    "wan22_i2v_14b": "solarwm.backbones.wan22_i2v_14b:Wan22I2V14BAdapter",
+    "ltx25": "solarwm.backbones.ltx25:LTX25Adapter",
+}
+
+
+class AdapterError(RuntimeError):
+    """A backbone adapter could not be built, loaded or called; the message names the path/check."""
+
+
+def register_route(name: str, target: str) -> None:
+    """Register a route name -> ``"module:Class"`` (for routes living outside this package)."""
+    ROUTES[name] = target
+
+
+def route_class(name: str) -> type[BackboneAdapter]:
+    """Resolve a route name to its adapter class (imports the route module on first use)."""
+    from solarwm.backbones.base import BackboneAdapter  # the contract imports this module
+
+    if name not in ROUTES:
+        raise AdapterError(f"unknown backbone route {name!r}; known routes: {sorted(ROUTES)}")
+    module_name, _, class_name = ROUTES[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, BackboneAdapter)):
+        raise AdapterError(f"route {name!r} resolves to {ROUTES[name]}, which is not a BackboneAdapter")
+    return cls
+
+
+def read_adapter_json(directory: str | Path) -> dict[str, Any]:
+    """Read and check ``dir/adapter.json``; raises ``AdapterError`` naming the path on any problem."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise AdapterError(f"adapter export folder not found: {directory}")
+    meta_path = directory / "adapter.json"
+    if not meta_path.is_file():
+        raise AdapterError(f"{meta_path} missing: {directory} is not a SolarWM adapter export")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as e:
+        raise AdapterError(f"{meta_path} is not valid JSON: {e}") from e
+    if meta.get("schema") != ADAPTER_SCHEMA or "route" not in meta or "config" not in meta:
+        raise AdapterError(f"{meta_path}: expected schema {ADAPTER_SCHEMA!r} with 'route' and 'config'")
+    return meta
+
+
+def load_adapter(directory: str | Path, **kwargs: Any) -> BackboneAdapter:
+    """Rebuild the adapter exported in ``directory`` whatever its route (see ``write_export``)."""
+    meta = read_adapter_json(directory)
+    return route_class(meta["route"]).load_adapter(directory, **kwargs)
+
+
+def write_export(adapter: BackboneAdapter, directory: str | Path, stage: str | None, merge_lora: bool) -> Path:
+    """Write ``adapter``'s export into ``directory`` atomically (a temporary folder renamed into place)."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.mkdir()
+        lora_on = adapter.lora_config is not None
+        with _lora.plain_modules(adapter.transformer, merge=merge_lora):
+            adapter.transformer.save_pretrained(tmp / "transformer", safe_serialization=True)
+        if lora_on and not merge_lora:
+            _lora.save_lora(adapter.transformer, tmp / "lora", adapter.lora_config)
+        camera = {k: v.detach().cpu().contiguous() for k, v in adapter.camera_state_dict().items()}
+        save_file(camera, str(tmp / "camera.safetensors"))
+        adapter._export_extra(tmp)
+        meta = {"schema": ADAPTER_SCHEMA, "route": adapter.route, "config": adapter.config_dict(), "stage": stage}
+        if lora_on and not merge_lora:
+            meta["lora"] = dataclasses.asdict(adapter.lora_config)
+        if adapter.delta_embedding is not None:
+            # A flow map copied from a LoRA-adapted time embedding is merged along with the transformer.
+            with _lora.plain_modules(adapter.delta_embedding, merge=True) if merge_lora else contextlib.nullcontext():
+                delta = {k: v.detach().cpu().contiguous() for k, v in adapter.delta_embedding.state_dict().items()}
+            save_file(delta, str(tmp / "flow_map.safetensors"))
+            meta["flow_map_gate"] = adapter.flow_map_gate
+        (tmp / "adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        old = None
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
+            directory.rename(old)
+        tmp.rename(directory)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return directory
+
+
+def read_export(cls: type[BackboneAdapter], directory: str | Path, **kwargs: Any) -> BackboneAdapter:
+    """Rebuild an adapter of route class ``cls`` from ``write_export`` output; errors name the folder and the check."""
+    directory = Path(directory)
+    meta = read_adapter_json(directory)
+    if meta["route"] != cls.route:
+        raise AdapterError(f"{directory} holds an adapter of route {meta['route']!r}, not {cls.route!r} ({cls.__name__})")
+    try:
+        config = cls.config_class(**meta["config"])
+    except TypeError as e:
+        raise AdapterError(f"{directory / 'adapter.json'}: config does not match {cls.config_class.__name__}: {e}") from e
+    camera_path = directory / "camera.safetensors"
+    if not camera_path.is_file():
+        raise AdapterError(f"{camera_path} missing in adapter export {directory}")
+    kwargs.pop("lora", None)  # the export decides: adapter.json["lora"]
+    adapter = cls.from_export(directory, config, **kwargs)
+    adapter.load_camera_state_dict(load_file(str(camera_path)))
+    if meta.get("lora") is not None:
+        adapter.enable_lora(meta["lora"])
+        try:
+            _lora.load_lora(adapter.transformer, directory / "lora")
+        except LoRAError as e:
+            raise AdapterError(f"{directory}: {e}") from e
+    if meta.get("flow_map_gate") is not None:
+        delta_path = directory / "flow_map.safetensors"
+        if not delta_path.is_file():
+            raise AdapterError(f"{delta_path} missing: adapter.json names a flow map (flow_map_gate)")
+        adapter.enable_flow_map(meta["flow_map_gate"])
+        adapter.delta_embedding.load_state_dict(load_file(str(delta_path)))
+    return adapter
