@@ -4,7 +4,8 @@ Two sources of rows, one pipeline (`datamodules.clips`):
 
 * corpus mode (``corpus_dir``): every canonical clip folder that did not fail a stage
   (and whose ``selection.tier`` is in ``tiers`` when given); a deterministic held-out
-  subset by stable id (the ``num_val_clips`` clips with the smallest id hash) is the
+  subset by stable id (the ``num_val_clips`` clips with the smallest id hash; the clips of one
+  ``provenance.scene``, the views of one world, held out together, so possibly a few more) is the
   validation split. A missing folder is rendered first with `synth_corpus` when
   ``synth`` is given, which is how the embedded default runs on a fresh checkout.
 * recipe mode (``train_index`` [+ ``test_index``]): the rows of a recipe index
@@ -133,7 +134,7 @@ class WorldDataModule(pl.LightningDataModule):
         from solarwm.data.contract import ClipError, iter_clip_dirs, read_clip, read_meta
 
         span = (self.num_frames - 1) * self.frame_stride + 1
-        rows = []
+        rows, scene_of = [], {}
         for folder in iter_clip_dirs(self.corpus_dir):
             try:
                 meta = read_meta(folder)
@@ -153,9 +154,19 @@ class WorldDataModule(pl.LightningDataModule):
                 self.skipped[sample_id] = f"{n} frames < window span {span}"
             else:
                 rows.append(Row(sample_id=sample_id, num_frames=n, folder=str(folder)))
-        # Held-out split by stable id: independent of folder order and of which other clips exist.
-        by_hash = sorted(rows, key=lambda r: split_rank(r.sample_id))  # the recipe split rule
-        val_ids = {r.sample_id for r in by_hash[: self.num_val_clips]}
+                if meta.get("provenance", {}).get("scene"):
+                    scene_of[sample_id] = f"scene:{meta['provenance']['scene']}"
+        # Held-out split by stable id: independent of folder order and of which other clips exist. Clips of one
+        # scene (provenance.scene: the views of a multi-camera world) are held out together, else the
+        # held-out clips would share their worlds with training clips.
+        scenes: dict[str, list[Row]] = {}
+        for r in rows:
+            scenes.setdefault(scene_of.get(r.sample_id, r.sample_id), []).append(r)
+        val_ids: set[str] = set()
+        for key in sorted(scenes, key=lambda k: (split_rank(k), k)):  # the recipe split rule
+            if len(val_ids) >= self.num_val_clips:
+                break
+            val_ids |= {r.sample_id for r in scenes[key]}
         train = [r for r in rows if r.sample_id not in val_ids]
         val = [r for r in rows if r.sample_id in val_ids]
         return train, val

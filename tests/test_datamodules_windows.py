@@ -191,3 +191,22 @@ def test_an_existing_corpus_must_be_the_synth_specs(tmp_path) -> None:
     # A corpus it did not render (the user's own, or `solarwm data synth`'s) is used as it is.
     (corpus / "synth.json").unlink()
     stale.prepare_data()
+
+
+def test_views_of_one_world_are_held_out_together(tmp_path) -> None:
+    """A multi-view corpus splits by world (provenance.scene): no held-out clip shares its world with training."""
+    from solarwm.data.contract import read_meta
+    from solarwm.data.sources.synthetic import synth_corpus
+
+    corpus = tmp_path / "corpus"
+    synth_corpus(corpus, clips=8, frames=5, width=32, height=32, fps=8.0, seed=6, motion="slow_pan", views=2)
+    scene = {p.name: read_meta(p)["provenance"]["scene"] for p in corpus.iterdir() if p.is_dir()}
+    assert len(set(scene.values())) == 4 and all(s.startswith("slow_pan-v2-scene-6-") for s in scene.values())
+    for held_out in (1, 2, 3):
+        dm = WorldDataModule(num_frames=5, width=32, height=32, corpus_dir=str(corpus), num_val_clips=held_out)
+        dm.setup("fit")
+        train = {scene[r.sample_id] for r in dm.train_dataset.rows}
+        val = {scene[r.sample_id] for r in dm.val_dataset.rows}
+        # Whole worlds, enough of them for the clips asked for, and none of them trained on.
+        assert not (train & val) and len(train | val) == 4
+        assert len(dm.val_dataset.rows) == 2 * len(val) == 2 * ((held_out + 1) // 2)

@@ -342,6 +342,11 @@ def original_id(seed: int, index: int, motion: str = "mixed", views: int = 1) ->
     return f"{prefix}world-{seed}-{index:06d}"
 
 
+def scene_id(seed: int, group: int, motion: str, views: int) -> str:
+    """The id of world ``group`` of a multi-view corpus, shared by its ``views`` clips (``provenance.scene``)."""
+    return original_id(seed, group, motion, views).replace("world-", "scene-", 1)
+
+
 def _clip_trajectory(
     spec: SynthSpec, index: int, frames: int,
 ) -> tuple[np.random.Generator, T.Trajectory, np.random.Generator, np.ndarray]:
@@ -420,6 +425,9 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
         "conversions": [],  # rendered directly in OpenCV axes, metric, pixel K
         "versions": {OWNER: RENDERER_VERSION},
     }
+    if spec.views > 1:
+        # The views of one world are one scene: a held-out split takes them together (datamodules.world).
+        provenance["scene"] = scene_id(spec.seed, index // spec.views, spec.motion, spec.views)
     if defect is not None:
         provenance["defect"] = defect
     clip = Clip(
