@@ -29,7 +29,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from solarwm.data.recipe import split_rank
+from solarwm.data.recipe import held_out_scenes
 from solarwm.datamodules.clips import ClipWindowDataset, RepeatSampler, Row
 
 #: Written into a corpus the data module renders: the ``SynthCorpus`` it was rendered from.
@@ -155,18 +155,10 @@ class WorldDataModule(pl.LightningDataModule):
             else:
                 rows.append(Row(sample_id=sample_id, num_frames=n, folder=str(folder)))
                 if meta.get("provenance", {}).get("scene"):
-                    scene_of[sample_id] = f"scene:{meta['provenance']['scene']}"
-        # Held-out split by stable id: independent of folder order and of which other clips exist. Clips of one
-        # scene (provenance.scene: the views of a multi-camera world) are held out together, else the
-        # held-out clips would share their worlds with training clips.
-        scenes: dict[str, list[Row]] = {}
-        for r in rows:
-            scenes.setdefault(scene_of.get(r.sample_id, r.sample_id), []).append(r)
-        val_ids: set[str] = set()
-        for key in sorted(scenes, key=lambda k: (split_rank(k), k)):  # the recipe split rule
-            if len(val_ids) >= self.num_val_clips:
-                break
-            val_ids |= {r.sample_id for r in scenes[key]}
+                    scene_of[sample_id] = meta["provenance"]["scene"]
+        # Held-out split by stable id (the recipe split rule): independent of folder order and of which other
+        # clips exist; the clips of one scene (the views of a multi-camera world) are held out together.
+        val_ids = held_out_scenes({r.sample_id: scene_of.get(r.sample_id, r.sample_id) for r in rows}, self.num_val_clips)
         train = [r for r in rows if r.sample_id not in val_ids]
         val = [r for r in rows if r.sample_id in val_ids]
         return train, val

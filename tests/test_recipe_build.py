@@ -143,3 +143,19 @@ def test_recipe_command_end_to_end(tmp_path: Path, capsys) -> None:
     with pytest.raises(RecipeError, match="realcam"):
         recipe_command(str(release), str(bad), str(tmp_path / "never"))
     assert not (tmp_path / "never").exists()
+
+
+def test_test_view_holds_out_whole_scenes() -> None:
+    """Rows naming a scene (the views of one world) go to test together; rows without one split as before."""
+    rows = [dict(r, kept_tier="xhigh", scene=f"scene-{i // 4}") for i, r in enumerate(_rows({"synthetic": 16}))]
+    spec = parse_recipe_spec(_spec(owners=["synthetic"], repeat={}), known_owners={"synthetic"})
+    train, test, _ = build_recipe(rows, spec)
+    scene = {r["sample_id"]: r["scene"] for r in rows}
+    test_scenes = {scene[r["source_sample_id"]] for r in test}
+    assert len(test_scenes) == 1 and len({r["source_sample_id"] for r in test}) == 4  # 3 asked for: one whole scene
+    assert not test_scenes & {scene[r["source_sample_id"]] for r in train}
+    # Without scenes, exactly the 3 clips of smallest split rank.
+    plain = [{k: v for k, v in r.items() if k != "scene"} for r in rows]
+    _, test_plain, _ = build_recipe(plain, spec)
+    lowest = sorted((r["sample_id"] for r in plain), key=lambda i: (split_rank(i), i))[:3]
+    assert {r["source_sample_id"] for r in test_plain} == set(lowest)

@@ -156,6 +156,23 @@ def split_rank(sample_id: str) -> int:
     return int.from_bytes(hashlib.sha256(sample_id.encode("utf-8")).digest()[:8], "big")
 
 
+def held_out_scenes(scene_of: dict[str, str], count: int) -> set[str]:
+    """The held-out ids: whole scenes in ``split_rank`` order until at least ``count`` ids (``scene_of``: id -> scene).
+
+    A clip that names no scene is its own (``scene_of[id] == id``); the clips of one scene (the views of one
+    world, ``provenance.scene``) are held out together, so no held-out clip shares its scene with training.
+    """
+    members: dict[str, list[str]] = defaultdict(list)
+    for sample_id, scene in scene_of.items():
+        members[scene].append(sample_id)
+    held: set[str] = set()
+    for scene in sorted(members, key=lambda k: (split_rank(k), k)):
+        if len(held) >= count:
+            break
+        held.update(members[scene])
+    return held
+
+
 def build_recipe(rows: list[dict], spec: RecipeSpec) -> tuple[list[dict], list[dict], dict]:
     """Cut windows, split and weight release rows: returns (train rows, test rows, report)."""
     tiers = {t for t in spec.tiers}
@@ -172,8 +189,9 @@ def build_recipe(rows: list[dict], spec: RecipeSpec) -> tuple[list[dict], list[d
     train, test = [], []
     for owner in spec.owners:
         ranked = sorted(by_owner.get(owner, []), key=lambda r: (split_rank(r["sample_id"]), r["sample_id"]))
-        for position, row in enumerate(ranked):
-            split = "test" if position < spec.test_per_owner else "train"
+        held = held_out_scenes({r["sample_id"]: r.get("scene") or r["sample_id"] for r in ranked}, spec.test_per_owner)
+        for row in ranked:
+            split = "test" if row["sample_id"] in held else "train"
             starts = window_starts(row["num_frames"], spec.window_frames, spec.window_mode, spec.window_count)
             for k, start in enumerate(starts):
                 window_row = {

@@ -142,6 +142,8 @@ def _index_row(meta: dict, key: str) -> dict:
         "height": m.get("height"),
         "caption": meta.get("caption", ""),
         **{field: f"{key}.{ext}" for field, ext in MEMBER_EXTS.items()},
+        # The views of one world share a scene: the recipe split holds them out together (absent: the clip alone).
+        **({"scene": meta["provenance"]["scene"]} if meta["provenance"].get("scene") else {}),
     }
 
 
