@@ -11,6 +11,9 @@ that the mean error hides:
 
 * a stutter: the frames inside one latent frame (4 video frames under one camera) turn too little and
   the step into the next latent frame catches up;
+* the error's axes: the median |error| of the step-4 pairs about the camera's x (tilt), y (pan) and z
+  (roll, about the optical axis) axes, and the signed mean of the error about each (a bias, not noise,
+  when far from 0). At 32x32 roll is the least constrained (its lever arm is the image radius, ≤ 16 px);
 * the token grid: the mean luminance step across token borders (every 4th pixel column and row at
   32x32) over the one inside tokens, 1 for a video without a grid. Its corners stand still while the
   camera turns, so they pull the step-1 gains down further: on a stage-1 export of the 2-layer base the
@@ -58,6 +61,18 @@ def gain_profile(videos: list[np.ndarray], cameras: list[tuple[np.ndarray, np.nd
     return profile
 
 
+def axis_errors(videos: list[np.ndarray], cameras: list[tuple[np.ndarray, np.ndarray]], step: int) -> np.ndarray:
+    """Error rotation vectors in degrees ``[P, 3]`` (camera x, y, z) of the pairs ``(i, i + step)`` with an estimate."""
+    errors = []
+    for video, (c2w, K) in zip(videos, cameras):
+        for i in range(0, len(video) - step, step):
+            est = estimate_relative_pose(video[i:i + step + 1], K[i], K[i + step])
+            if est is not None:
+                R_cmd = commanded_relative_pose(c2w[i], c2w[i + step])[:3, :3]
+                errors.append(np.degrees(Rotation.from_matrix(est.R @ R_cmd.T).as_rotvec()))
+    return np.array(errors).reshape(-1, 3)
+
+
 def token_grid(videos: list[np.ndarray], token: int) -> float:
     """Mean |luminance step| across token borders over the mean inside tokens (both axes, frames after the first)."""
     gray = np.stack(videos)[:, 1:].astype(np.float64).mean(-1)  # [N, F-1, H, W]
@@ -100,6 +115,9 @@ def main() -> None:
             for step in (4, 1):
                 profile = gain_profile(videos, cameras, step)
                 print(f"{'':<7} gain, step {step}: " + " ".join(f"{i * step}>{(i + 1) * step}:{g:.2f}" for i, g in enumerate(profile)))
+            err = axis_errors(videos, cameras, 4)
+            print(f"{'':<7} error axes, step 4 (deg, median |e| / mean e): " + " ".join(
+                f"{axis}:{np.median(np.abs(err[:, k])):.3f}/{err[:, k].mean():+.3f}" for k, axis in enumerate("xyz")))
 
 
 if __name__ == "__main__":
