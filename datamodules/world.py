@@ -154,11 +154,10 @@ class WorldDataModule(pl.LightningDataModule):
                 self.skipped[sample_id] = f"{n} frames < window span {span}"
             else:
                 rows.append(Row(sample_id=sample_id, num_frames=n, folder=str(folder)))
-                if meta.get("provenance", {}).get("scene"):
-                    scene_of[sample_id] = meta["provenance"]["scene"]
+                scene_of[sample_id] = meta.get("provenance", {}).get("scene") or sample_id
         # Held-out split by stable id (the recipe split rule): independent of folder order and of which other
         # clips exist; the clips of one scene (the views of a multi-camera world) are held out together.
-        val_ids = held_out_scenes({r.sample_id: scene_of.get(r.sample_id, r.sample_id) for r in rows}, self.num_val_clips)
+        val_ids = held_out_scenes(scene_of, self.num_val_clips)
         train = [r for r in rows if r.sample_id not in val_ids]
         val = [r for r in rows if r.sample_id in val_ids]
         return train, val

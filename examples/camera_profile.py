@@ -46,30 +46,31 @@ def rotation_gain(R_est: np.ndarray, R_cmd: np.ndarray) -> float | None:
     return float(Rotation.from_matrix(R_est).as_rotvec() @ cmd / (cmd @ cmd))
 
 
-def gain_profile(videos: list[np.ndarray], cameras: list[tuple[np.ndarray, np.ndarray]], step: int) -> list[float]:
-    """Median rotation gain of frame pairs ``(i, i + step)`` for each ``i``, over uint8 videos ``[F, H, W, 3]``."""
-    frames = len(videos[0])
-    profile = []
-    for i in range(0, frames - step, step):
-        gains = []
+def pair_estimates(videos: list[np.ndarray], cameras: list[tuple[np.ndarray, np.ndarray]], step: int) -> list[list[tuple]]:
+    """Per start frame ``i`` (every ``step``), the ``(estimated R, commanded R)`` of pairs ``(i, i + step)`` with an estimate."""
+    pairs = []
+    for i in range(0, len(videos[0]) - step, step):
+        at_i = []
         for video, (c2w, K) in zip(videos, cameras):
             est = estimate_relative_pose(video[i:i + step + 1], K[i], K[i + step])
-            gain = None if est is None else rotation_gain(est.R, commanded_relative_pose(c2w[i], c2w[i + step])[:3, :3])
-            if gain is not None:
-                gains.append(gain)
+            if est is not None:
+                at_i.append((est.R, commanded_relative_pose(c2w[i], c2w[i + step])[:3, :3]))
+        pairs.append(at_i)
+    return pairs
+
+
+def gain_profile(pairs: list[list[tuple]]) -> list[float]:
+    """Median rotation gain over the clips for each start frame of ``pair_estimates``."""
+    profile = []
+    for at_i in pairs:
+        gains = [g for g in (rotation_gain(R_est, R_cmd) for R_est, R_cmd in at_i) if g is not None]
         profile.append(float(np.median(gains)) if gains else float("nan"))
     return profile
 
 
-def axis_errors(videos: list[np.ndarray], cameras: list[tuple[np.ndarray, np.ndarray]], step: int) -> np.ndarray:
-    """Error rotation vectors in degrees ``[P, 3]`` (camera x, y, z) of the pairs ``(i, i + step)`` with an estimate."""
-    errors = []
-    for video, (c2w, K) in zip(videos, cameras):
-        for i in range(0, len(video) - step, step):
-            est = estimate_relative_pose(video[i:i + step + 1], K[i], K[i + step])
-            if est is not None:
-                R_cmd = commanded_relative_pose(c2w[i], c2w[i + step])[:3, :3]
-                errors.append(np.degrees(Rotation.from_matrix(est.R @ R_cmd.T).as_rotvec()))
+def axis_errors(pairs: list[list[tuple]]) -> np.ndarray:
+    """Error rotation vectors in degrees ``[P, 3]`` (camera x, y, z) of all pairs of ``pair_estimates``."""
+    errors = [np.degrees(Rotation.from_matrix(R_est @ R_cmd.T).as_rotvec()) for at_i in pairs for R_est, R_cmd in at_i]
     return np.array(errors).reshape(-1, 3)
 
 
@@ -112,10 +113,11 @@ def main() -> None:
         gen, truth, cameras, token = generated(out, stage)
         for name, videos in (("truth", truth), (stage, gen)):
             print(f"{name:<7} token grid {token_grid(videos, token):.2f}")
+            pairs = {step: pair_estimates(videos, cameras, step) for step in (4, 1)}
             for step in (4, 1):
-                profile = gain_profile(videos, cameras, step)
+                profile = gain_profile(pairs[step])
                 print(f"{'':<7} gain, step {step}: " + " ".join(f"{i * step}>{(i + 1) * step}:{g:.2f}" for i, g in enumerate(profile)))
-            err = axis_errors(videos, cameras, 4)
+            err = axis_errors(pairs[4])
             print(f"{'':<7} error axes, step 4 (deg, median |e| / mean e): " + " ".join(
                 f"{axis}:{np.median(np.abs(err[:, k])):.3f}/{err[:, k].mean():+.3f}" for k, axis in enumerate("xyz")))
 

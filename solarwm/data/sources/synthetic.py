@@ -336,15 +336,19 @@ class SynthSpec:
     views: int = 1
 
 
+def _id_prefix(motion: str, views: int) -> str:
+    """What a non-default motion or views prefixes to the ids of a corpus."""
+    return ("" if motion == "mixed" else f"{motion}-") + ("" if views == 1 else f"v{views}-")
+
+
 def original_id(seed: int, index: int, motion: str = "mixed", views: int = 1) -> str:
     """The source-side id of clip ``index`` of world seed ``seed`` (a non-default motion or views prefixes it)."""
-    prefix = ("" if motion == "mixed" else f"{motion}-") + ("" if views == 1 else f"v{views}-")
-    return f"{prefix}world-{seed}-{index:06d}"
+    return f"{_id_prefix(motion, views)}world-{seed}-{index:06d}"
 
 
 def scene_id(seed: int, group: int, motion: str, views: int) -> str:
     """The id of world ``group`` of a multi-view corpus, shared by its ``views`` clips (``provenance.scene``)."""
-    return original_id(seed, group, motion, views).replace("world-", "scene-", 1)
+    return f"{_id_prefix(motion, views)}scene-{seed}-{group:06d}"
 
 
 def _clip_trajectory(
