@@ -27,7 +27,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 
 from solarwm.data.recipe import held_out_scenes
 from solarwm.datamodules.clips import ClipWindowDataset, RepeatSampler, Row
@@ -52,7 +52,11 @@ class SynthCorpus:
 
 
 class WorldDataModule(pl.LightningDataModule):
-    """Windows of ``num_frames`` frames at ``width x height`` from a corpus or a recipe index."""
+    """Windows of ``num_frames`` frames at ``width x height`` from a corpus or a recipe index.
+
+    ``test_draws``: how many times `solarwm test` generates each held-out clip, from other noise each time;
+    the test metrics pool over the draws (``test_dataloader``).
+    """
 
     def __init__(
         self,
@@ -72,6 +76,7 @@ class WorldDataModule(pl.LightningDataModule):
         seed: int = 0,
         shuffle: bool = True,
         num_workers: int = 0,
+        test_draws: int = 1,
     ) -> None:
         super().__init__()
         if sum(x is not None for x in (corpus_dir, train_index, latent_view)) != 1:
@@ -81,15 +86,15 @@ class WorldDataModule(pl.LightningDataModule):
             )
         if (train_index is not None or test_index is not None) and release_root is None:
             raise ValueError("WorldDataModule: recipe mode needs release_root (the folder the index's shards live in)")
-        if min(num_frames, width, height, batch_size, frame_stride) < 1:
-            raise ValueError("WorldDataModule: num_frames, width, height, batch_size, frame_stride must be >= 1")
+        if min(num_frames, width, height, batch_size, frame_stride, test_draws) < 1:
+            raise ValueError("WorldDataModule: num_frames, width, height, batch_size, frame_stride, test_draws must be >= 1")
         self.num_frames, self.width, self.height = num_frames, width, height
         self.batch_size, self.frame_stride, self.seed = batch_size, frame_stride, seed
         self.corpus_dir, self.tiers, self.num_val_clips, self.synth = corpus_dir, tiers, num_val_clips, synth
         self.train_index, self.test_index, self.release_root = train_index, test_index, release_root
         self.latent_view = latent_view
         self.view_meta: dict | None = None  # view.json of the latent view (view mode)
-        self.shuffle, self.num_workers = shuffle, num_workers
+        self.shuffle, self.num_workers, self.test_draws = shuffle, num_workers, test_draws
         self.train_dataset: ClipWindowDataset | None = None
         self.val_dataset: ClipWindowDataset | None = None
         self.skipped: dict[str, str] = {}  # sample id or folder -> why it is not used
@@ -257,5 +262,13 @@ class WorldDataModule(pl.LightningDataModule):
         return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
 
     def test_dataloader(self) -> DataLoader:
-        """The held-out split doubles as the test split."""
-        return self.val_dataloader()
+        """The held-out split doubles as the test split, passed ``test_draws`` times in the same order.
+
+        A stage seeds each test batch's rollout by its batch index, so every pass generates the clips from
+        other noise and the test metrics pool over the draws: a mean over one draw of a few clips moves
+        with the draw by more than many targets' margins.
+        """
+        if self.test_draws == 1:
+            return self.val_dataloader()
+        repeated = Subset(self.val_dataset, list(range(len(self.val_dataset))) * self.test_draws)
+        return DataLoader(repeated, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)

@@ -210,3 +210,16 @@ def test_views_of_one_world_are_held_out_together(tmp_path) -> None:
         # Whole worlds, enough of them for the clips asked for, and none of them trained on.
         assert not (train & val) and len(train | val) == 4
         assert len(dm.val_dataset.rows) == 2 * len(val) == 2 * ((held_out + 1) // 2)
+
+
+def test_test_draws_repeat_the_held_out_clips_in_order(tmp_path) -> None:
+    """``test_draws`` passes the held-out windows that many times, in the same order; validation once."""
+    _write_corpus(tmp_path / "corpus", n=6, tiers=["xhigh"] * 6)
+    dm = WorldDataModule(num_frames=5, width=32, height=32, batch_size=2, corpus_dir=str(tmp_path / "corpus"),
+                         num_val_clips=3, test_draws=3)
+    dm.setup("test")
+    once = [sid for b in dm.val_dataloader() for sid in b["sample_id"]]
+    drawn = [sid for b in dm.test_dataloader() for sid in b["sample_id"]]
+    assert len(once) == 3 and drawn == once * 3
+    with pytest.raises(ValueError, match="test_draws"):
+        WorldDataModule(corpus_dir=str(tmp_path / "corpus"), test_draws=0)

@@ -116,6 +116,22 @@ def test_solarwm_test_reports_fidelity_baselines_and_camera_following(runs, caps
         assert name in out
 
 
+def test_solarwm_test_pools_its_metrics_over_test_draws(runs) -> None:
+    """`--data.init_args.test_draws 2` generates every held-out clip twice (other noise) and pools the pairs."""
+
+    def tested(*extra: str) -> dict[str, float]:
+        cli = SolarCLI(args=["test", "--config", str(runs["tf"]), "--ckpt_path", str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
+                             "--trainer.logger", "false", *extra])
+        return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+
+    one, two = tested("--data.init_args.test_draws", "1"), tested("--data.init_args.test_draws", "2")
+    assert two["test/cam_pairs"] == 2 * one["test/cam_pairs"] > 0
+    # The ground truth and the static baseline do not depend on the draw; the generated video does.
+    assert two["test/psnr_static"] == pytest.approx(one["test/psnr_static"])
+    assert two["test/cam_rot_err_deg_gt"] == pytest.approx(one["test/cam_rot_err_deg_gt"])
+    assert two["test/psnr"] != one["test/psnr"]
+
+
 def test_solarwm_test_command_line_wins_over_checkpoint_hyperparameters(runs) -> None:
     """`--model.init_args.sample_steps 3` with `--config` and `--ckpt_path` tests at 3 steps, not the saved number."""
 
