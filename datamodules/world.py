@@ -27,7 +27,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from solarwm.data.recipe import held_out_scenes
 from solarwm.datamodules.clips import ClipWindowDataset, RepeatSampler, Row
@@ -257,9 +257,12 @@ class WorldDataModule(pl.LightningDataModule):
             num_workers=self.num_workers, persistent_workers=self.num_workers > 0, drop_last=False,
         )
 
+    def _in_order(self, dataset: Dataset) -> DataLoader:
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+
     def val_dataloader(self) -> DataLoader:
         """The held-out windows in a fixed order."""
-        return DataLoader(self.val_dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+        return self._in_order(self.val_dataset)
 
     def test_dataloader(self) -> DataLoader:
         """The held-out split doubles as the test split, passed ``test_draws`` times in the same order.
@@ -268,7 +271,4 @@ class WorldDataModule(pl.LightningDataModule):
         other noise and the test metrics pool over the draws: a mean over one draw of a few clips moves
         with the draw by more than many targets' margins.
         """
-        if self.test_draws == 1:
-            return self.val_dataloader()
-        repeated = Subset(self.val_dataset, list(range(len(self.val_dataset))) * self.test_draws)
-        return DataLoader(repeated, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+        return self._in_order(Subset(self.val_dataset, list(range(len(self.val_dataset))) * self.test_draws))
