@@ -71,6 +71,19 @@ def test_dmd_gradient_is_normalised_and_the_surrogate_carries_it():
     torch.testing.assert_close(output.grad, grad / mask.expand_as(output).sum())
 
 
+def test_score_shift_sets_the_score_sigmas():
+    from solarwm.stages.objectives import shift_sigmas
+
+    u = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(3)).double() / 1000.0
+    routed, uniform = make_module(), make_module(score_shift=1.0)
+    torch.testing.assert_close(routed.score_sigmas(64, torch.Generator().manual_seed(3)),
+                               shift_sigmas(u, routed.generator.shift).clamp(0.02, 0.98).float())
+    torch.testing.assert_close(uniform.score_sigmas(64, torch.Generator().manual_seed(3)), u.clamp(0.02, 0.98).float())
+    assert routed.generator.shift != 1.0  # so the two draws differ
+    with pytest.raises(ValueError, match="score_shift"):
+        make_module(score_shift=0.0)
+
+
 class LossLog(pl.Callback):
     def __init__(self) -> None:
         self.losses: list[tuple[int, float, float | None]] = []

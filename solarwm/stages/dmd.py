@@ -90,6 +90,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
         guidance_scale: real-score CFG ``cond + g·(cond - uncond)`` (0 = no CFG; the Wan release uses 3).
         negative_prompt: the unconditional prompt.
         score_min, score_max: clamp of the shifted score sigma.
+        score_shift: the flow shift of the score (and critic) sigmas; None = the route's own shift (the
+            reference; Self-Forcing shifts, DMD/DMD2 draw uniform timesteps, i.e. 1.0).
         grad_clip: gradient-norm clip of both optimisers.
         seed: base seed of the per-step generators.
     """
@@ -108,6 +110,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         negative_prompt: str = "",
         score_min: float = 0.02,
         score_max: float = 0.98,
+        score_shift: float | None = None,
         grad_clip: float = 10.0,
         optimizer: OptimizerCallable = student_optimizer,
         critic_optimizer: OptimizerCallable = critic_optimizer,
@@ -118,6 +121,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
         generator = adapter
         if student_update_every < 1 or num_steps < 1 or not 0.0 <= score_min < score_max <= 1.0:
             raise ValueError("DMDModule: student_update_every, num_steps >= 1 and 0 <= score_min < score_max <= 1")
+        if score_shift is not None and score_shift <= 0:
+            raise ValueError(f"DMDModule: score_shift must be > 0 (or None for the route's shift), got {score_shift}")
         # Copies share the frozen codec and text encoder instead of duplicating them (loaded once).
         shared = {id(m): m for m in generator.frozen_parts().values()}
         real = copy.deepcopy(generator, memo=dict(shared))
@@ -135,6 +140,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         self.student_update_every, self.num_steps = student_update_every, num_steps
         self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
         self.score_min, self.score_max, self.grad_clip, self.seed = score_min, score_max, grad_clip, seed
+        self.score_shift = score_shift
         self.solver, self.sample_steps = "renoise", num_steps
         # Counters live in buffers so checkpoints carry them.
         self.register_buffer("outer_step", torch.zeros((), dtype=torch.long))
@@ -196,9 +202,10 @@ class DMDModule(CausalGenerateMixin, StageModule):
         return torch.cat([x0[:, :, :clean], output[:, :, clean:]], 2), cond, x0
 
     def score_sigmas(self, batch_size: int, rng: RandomSource) -> torch.Tensor:
-        """Per-sample score sigma ``[B]``: ``randint(0, 1000)/1000``, the route's shift, clamped."""
+        """Per-sample score sigma ``[B]``: ``randint(0, 1000)/1000``, shifted (``score_shift``), clamped."""
         u = randint(1000, (batch_size,), rng, "cpu").double() / 1000.0
-        return shift_sigmas(u, self.generator.shift).clamp(self.score_min, self.score_max).float()
+        shift = self.generator.shift if self.score_shift is None else self.score_shift
+        return shift_sigmas(u, shift).clamp(self.score_min, self.score_max).float()
 
     def _renoise(self, x: torch.Tensor, rng: RandomSource) -> tuple[torch.Tensor, ...]:
         """``(noisy, noise, sigma_pf)``: ``x`` at a score sigma (its anchor frames stay clean at sigma 0)."""
