@@ -13,6 +13,7 @@ from solarwm.callbacks import EMA
 from solarwm.datamodules import WorldDataModule
 from solarwm.datamodules.world import SynthCorpus
 from solarwm.stages.dmd import DMDModule, dmd_gradient, dmd_surrogate
+from solarwm.stages.objectives import shift_sigmas
 
 
 def make_module(**kwargs) -> DMDModule:
@@ -72,8 +73,6 @@ def test_dmd_gradient_is_normalised_and_the_surrogate_carries_it():
 
 
 def test_score_shift_sets_the_score_sigmas():
-    from solarwm.stages.objectives import shift_sigmas
-
     u = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(3)).double() / 1000.0
     routed, uniform = make_module(), make_module(score_shift=1.0)
     torch.testing.assert_close(routed.score_sigmas(64, torch.Generator().manual_seed(3)),

@@ -140,7 +140,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         self.student_update_every, self.num_steps = student_update_every, num_steps
         self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
         self.score_min, self.score_max, self.grad_clip, self.seed = score_min, score_max, grad_clip, seed
-        self.score_shift = score_shift
+        self.score_shift = generator.shift if score_shift is None else score_shift  # resolved once, at set-up
         self.solver, self.sample_steps = "renoise", num_steps
         # Counters live in buffers so checkpoints carry them.
         self.register_buffer("outer_step", torch.zeros((), dtype=torch.long))
@@ -204,8 +204,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
     def score_sigmas(self, batch_size: int, rng: RandomSource) -> torch.Tensor:
         """Per-sample score sigma ``[B]``: ``randint(0, 1000)/1000``, shifted (``score_shift``), clamped."""
         u = randint(1000, (batch_size,), rng, "cpu").double() / 1000.0
-        shift = self.generator.shift if self.score_shift is None else self.score_shift
-        return shift_sigmas(u, shift).clamp(self.score_min, self.score_max).float()
+        return shift_sigmas(u, self.score_shift).clamp(self.score_min, self.score_max).float()
 
     def _renoise(self, x: torch.Tensor, rng: RandomSource) -> tuple[torch.Tensor, ...]:
         """``(noisy, noise, sigma_pf)``: ``x`` at a score sigma (its anchor frames stay clean at sigma 0)."""
