@@ -206,9 +206,9 @@ def test_pan_left_sign_convention():
 
 
 def test_a_pan_whose_rotation_explains_most_tracks_is_read_as_a_rotation():
-    # World 2 at 96x64: a few tracks of each 10-degree pair slip at the frame edges, so a rotation
-    # explains 80-90% of the essential matrix's inliers. Read through the essential matrix (the rule
-    # before COLMAP's 0.8) its pairs scored 3.5 deg (3 of 4 pairs; one failed), as a rotation 0.37 deg.
+    # World 2 at 96x64 (a rendered pure pan, 10 deg per pair): a rotation explains 80-90% of the essential
+    # matrix's inliers of three pairs. Read through the essential matrix (the test at 0.9, before COLMAP's
+    # 0.8) they scored 3.5 deg (the fourth pair failed); as a rotation the four pairs score 0.37 deg.
     traj, frames = _world("pan", 96, 64, 2)
     truth = _follow(frames, traj)
     assert truth["pairs"] == 4 and truth["failed_pairs"] == 0
@@ -275,6 +275,8 @@ def test_camera_following_accumulates_batches_and_checks_shapes():
     assert int(out["pairs"]) == 6
     with pytest.raises(ValueError, match="c2w"):
         metric.update(video, c2w, K[None])
+    with pytest.raises(ValueError, match="panorama_ratio"):
+        CameraFollowing(panorama_ratio=0.0)
 
 
 def test_uint8_frames_round_trip_through_the_video_layout():

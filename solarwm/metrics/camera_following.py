@@ -240,6 +240,8 @@ class CameraFollowing(Metric):
         super().__init__(**kwargs)
         if stride < 1:
             raise ValueError(f"stride must be >= 1, got {stride}")
+        if not 0.0 < panorama_ratio <= 1.0:
+            raise ValueError(f"panorama_ratio must be in (0, 1], got {panorama_ratio}")
         self.stride, self.min_translation = stride, min_translation
         self.estimator_args = dict(
             upscale=upscale, max_features=max_features, ransac_threshold_px=ransac_threshold_px,
