@@ -55,7 +55,8 @@ class WorldDataModule(pl.LightningDataModule):
     """Windows of ``num_frames`` frames at ``width x height`` from a corpus or a recipe index.
 
     ``test_draws``: how many times `solarwm test` generates each held-out clip, from other noise each time;
-    the test metrics pool over the draws (``test_dataloader``).
+    the test metrics pool over the draws (``test_dataloader``). ``test_seed``: the seed of that noise (test
+    batch i draws from ``test_seed + i``), the same for every stage so they are scored on the same noise.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class WorldDataModule(pl.LightningDataModule):
         shuffle: bool = True,
         num_workers: int = 0,
         test_draws: int = 1,
+        test_seed: int = 4321,
     ) -> None:
         super().__init__()
         if sum(x is not None for x in (corpus_dir, train_index, latent_view)) != 1:
@@ -95,6 +97,7 @@ class WorldDataModule(pl.LightningDataModule):
         self.latent_view = latent_view
         self.view_meta: dict | None = None  # view.json of the latent view (view mode)
         self.shuffle, self.num_workers, self.test_draws = shuffle, num_workers, test_draws
+        self.test_seed = test_seed
         self.train_dataset: ClipWindowDataset | None = None
         self.val_dataset: ClipWindowDataset | None = None
         self.skipped: dict[str, str] = {}  # sample id or folder -> why it is not used

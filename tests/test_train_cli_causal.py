@@ -130,6 +130,11 @@ def test_solarwm_test_pools_its_metrics_over_test_draws(runs) -> None:
     assert two["test/psnr_static"] == pytest.approx(one["test/psnr_static"])
     assert two["test/cam_rot_err_deg_gt"] == pytest.approx(one["test/cam_rot_err_deg_gt"])
     assert two["test/psnr"] != one["test/psnr"]
+    # `--data.init_args.test_seed` draws other noise for the same clips.
+    other = tested("--data.init_args.test_draws", "1", "--data.init_args.test_seed", "7000")
+    assert other["test/cam_pairs"] == one["test/cam_pairs"]
+    assert other["test/psnr_static"] == pytest.approx(one["test/psnr_static"])
+    assert other["test/psnr"] != one["test/psnr"]
 
 
 def test_solarwm_test_command_line_wins_over_checkpoint_hyperparameters(runs) -> None:

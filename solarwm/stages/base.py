@@ -230,8 +230,14 @@ class StageModule(pl.LightningModule):
         return config
 
     # ------------------------------------------------------------------ `solarwm test`
-    #: Seed of the test rollouts (batch i uses test_seed + i), so every stage is scored on the same noise.
+    #: Seed of the test rollouts (batch i uses test_seed + i), so every stage is scored on the same noise;
+    #: a datamodule with a ``test_seed`` (``--data.init_args.test_seed``) sets it.
     test_seed: int = 4321
+
+    def rollout_seed(self) -> int:
+        """The test rollouts' seed: the datamodule's ``test_seed`` when it has one, else the class default."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        return int(getattr(datamodule, "test_seed", self.test_seed))
 
     def on_test_epoch_start(self) -> None:
         """Fresh metrics: generated vs ground truth, the static baseline, the wrong-camera control, camera following."""
@@ -253,7 +259,7 @@ class StageModule(pl.LightningModule):
         first = video[:, :, 0]
 
         def rollout(cameras: torch.Tensor) -> torch.Tensor:
-            generator = torch.Generator(device=self.device).manual_seed(self.test_seed + batch_idx)
+            generator = torch.Generator(device=self.device).manual_seed(self.rollout_seed() + batch_idx)
             return self.generate(first, caption, cameras, K, generator=generator).float()
 
         metrics = self.test_metrics
