@@ -56,7 +56,7 @@ class WorldDataModule(pl.LightningDataModule):
 
     ``test_draws``: how many times `solarwm test` generates each held-out clip, from other noise each time;
     the test metrics pool over the draws (``test_dataloader``). ``test_seed``: the seed of that noise (test
-    batch i draws from ``test_seed + i``), the same for every stage so they are scored on the same noise.
+    batch i draws from ``test_seed + i``; None: the stage's default, ``StageModule.test_seed``).
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class WorldDataModule(pl.LightningDataModule):
         shuffle: bool = True,
         num_workers: int = 0,
         test_draws: int = 1,
-        test_seed: int = 4321,
+        test_seed: int | None = None,
     ) -> None:
         super().__init__()
         if sum(x is not None for x in (corpus_dir, train_index, latent_view)) != 1:

@@ -94,7 +94,7 @@ def generated(out: Path, stage: str) -> tuple[list[np.ndarray], list[np.ndarray]
     cli.datamodule.setup("test")
     gen, truth, cameras = [], [], []
     for batch_idx, batch in enumerate(cli.datamodule.test_dataloader()):
-        rng = torch.Generator().manual_seed(cli.datamodule.test_seed + batch_idx)  # as StageModule.test_step
+        rng = torch.Generator().manual_seed(module.rollout_seed(cli.datamodule) + batch_idx)  # as StageModule.test_step
         with torch.no_grad():
             video = module.generate(batch["video"][:, :, 0], list(batch["caption"]), batch["c2w"], batch["K"], generator=rng)
         for b in range(len(video)):

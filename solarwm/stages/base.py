@@ -234,10 +234,12 @@ class StageModule(pl.LightningModule):
     #: a datamodule with a ``test_seed`` (``--data.init_args.test_seed``) sets it.
     test_seed: int = 4321
 
-    def rollout_seed(self) -> int:
-        """The test rollouts' seed: the datamodule's ``test_seed`` when it has one, else the class default."""
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        return int(getattr(datamodule, "test_seed", self.test_seed))
+    def rollout_seed(self, datamodule: Any = None) -> int:
+        """The test rollouts' seed: ``datamodule``'s (default: the trainer's) ``test_seed`` when set, else the class default."""
+        if datamodule is None and self._trainer is not None:
+            datamodule = getattr(self._trainer, "datamodule", None)
+        seed = getattr(datamodule, "test_seed", None)
+        return self.test_seed if seed is None else int(seed)
 
     def on_test_epoch_start(self) -> None:
         """Fresh metrics: generated vs ground truth, the static baseline, the wrong-camera control, camera following."""
