@@ -224,6 +224,18 @@ def describe_scene(scene: Scene) -> str:
 PAN_SPEEDS = {"pan": ((12.0, 35.0), 8.0), "slow_pan": ((3.0, 10.0), 3.0)}
 MOTIONS = ("mixed", *PAN_SPEEDS)
 
+#: The ``mixed`` (default) family, 6-DoF: segment kind -> relative weight. Every kind is a move a player makes
+#: (W/S, A/D, Q/E, arrows): walks, strafes, climbs, turns, tilts, orbits, walking turns. No zoom: the interactive
+#: controls (a twist) have none, and a tiny model that must tell zoom from a forward walk at 32x32 spends its
+#: capacity on a move nobody commands. No pauses: a clip that does not move teaches nothing about the camera.
+WALK_KINDS = {"forward": 3.0, "backward": 1.5, "strafe": 2.0, "climb": 1.0, "turn": 2.0, "tilt": 1.0,
+              "orbit": 1.5, "forward_turn": 2.0}
+#: Translation speeds (m/s) of the ``mixed`` family: 1-4 m over a 17-frame 8 fps clip, which at a 45-90 deg
+#: field of view moves the near scene by several pixels a frame even at 32x32.
+WALK_SPEEDS = {"forward": (0.5, 2.0), "backward": (0.5, 1.5), "strafe": (0.5, 1.5), "climb": (0.3, 0.8)}
+#: Yaw speed (deg/s) of a ``mixed`` turn: 10-60 deg over a 2 s clip.
+TURN_SPEEDS = (5.0, 30.0)
+
 
 def _pan_segment(
     rng: np.random.Generator, n: int, sec: float, pitch: float, motion: str = "pan"
@@ -259,7 +271,7 @@ def sample_trajectory(
 ) -> T.Trajectory:
     """A random composition of 1-3 camera segments with ``frames`` poses (world z up, metric).
 
-    ``motion`` picks the segment family: ``mixed`` (walks, trucks, turns, orbits, zooms, pauses)
+    ``motion`` picks the segment family: ``mixed`` (6-DoF: ``WALK_KINDS`` at ``WALK_SPEEDS`` / ``TURN_SPEEDS``)
     or ``pan`` / ``slow_pan`` (a camera turning on a tripod: pans and tilts only, so every pixel's
     motion follows from the camera and the first frame; the embedded default's worlds, where a tiny
     model can learn camera control on a CPU). ``start``: a given first pose (default: drawn from ``rng``).
@@ -272,10 +284,9 @@ def sample_trajectory(
     lengths = np.diff(np.concatenate([[0], cuts, [steps_total]])).astype(int)
     start = start if start is not None else StartPose.sample(rng)
     pitch, z = start.pitch, start.z
-    log_zoom = 0.0
     segments = []
-    kinds = ("forward", "backward", "lateral", "yaw", "pitch", "orbit", "pause", "zoom", "vertical", "forward_yaw")
-    weights = np.array([3, 1.5, 2, 2, 1, 2, 0.5, 1, 0.5, 2.0])
+    kinds = tuple(WALK_KINDS)
+    weights = np.array([WALK_KINDS[k] for k in kinds])
     for n in lengths:
         sec = n / fps
         if motion in PAN_SPEEDS:
@@ -284,32 +295,28 @@ def sample_trajectory(
             continue
         kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))]
         sign = float(rng.choice([-1.0, 1.0]))
-        if kind == "forward":
-            segments.append(T.forward(n, rng.uniform(0.5, 1.8) * sec))
-        elif kind == "backward":
-            segments.append(T.backward(n, rng.uniform(0.4, 1.2) * sec))
-        elif kind == "lateral":
-            segments.append(T.lateral(n, sign * rng.uniform(0.4, 1.2) * sec))
-        elif kind == "yaw":
-            segments.append(T.yaw_turn(n, sign * rng.uniform(15.0, 45.0) * sec))
-        elif kind == "pitch":
-            target = float(rng.uniform(-30.0, 10.0))
+        if kind in ("forward", "backward", "strafe", "climb"):
+            distance = rng.uniform(*WALK_SPEEDS[kind]) * sec
+            if kind == "forward":
+                segments.append(T.forward(n, distance))
+            elif kind == "backward":
+                segments.append(T.backward(n, distance))
+            elif kind == "strafe":
+                segments.append(T.lateral(n, sign * distance))
+            else:  # a climb or a descent, keeping the camera 0.6-3 m above the ground
+                step = float(np.clip(z + sign * distance, 0.6, 3.0)) - z
+                segments.append(T.vertical(n, step))
+                z += step
+        elif kind == "turn":
+            segments.append(T.yaw_turn(n, sign * rng.uniform(*TURN_SPEEDS) * sec))
+        elif kind == "tilt":
+            target = float(np.clip(pitch + sign * rng.uniform(5.0, 20.0) * sec, -30.0, 10.0))
             segments.append(T.pitch_turn(n, target - pitch))
             pitch = target
         elif kind == "orbit":
-            segments.append(T.orbit(n, sign * rng.uniform(15.0, 40.0) * sec, radius=rng.uniform(2.5, 6.0)))
-        elif kind == "pause":
-            segments.append(T.pause(n))
-        elif kind == "zoom":
-            target = float(rng.uniform(math.log(0.7), math.log(1.6)))
-            segments.append(T.zoom(n, math.exp(target - log_zoom)))
-            log_zoom = target
-        elif kind == "vertical":
-            target = float(rng.uniform(0.6, 3.0))
-            segments.append(T.vertical(n, target - z))
-            z = target
+            segments.append(T.orbit(n, sign * rng.uniform(10.0, 30.0) * sec, radius=rng.uniform(2.5, 6.0)))
         else:  # walking while turning
-            segments.append(T.Segment(n, forward=rng.uniform(0.5, 1.5) * sec, yaw=sign * rng.uniform(10, 35) * sec))
+            segments.append(T.Segment(n, forward=rng.uniform(0.5, 1.5) * sec, yaw=sign * rng.uniform(5.0, 25.0) * sec))
     return T.compose_segments(
         segments, fps=fps, width=width, height=height, fov_x_deg=start.fov_x,
         start=(0.0, 0.0, start.z), start_yaw=start.yaw, start_pitch=start.pitch,
@@ -538,7 +545,7 @@ def synth_command(
         workers: parallel worker processes (Ray: CPUs of the local Ray).
         executor: where the per-clip tasks run: process (local pool) or ray.
         ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
-        motion: camera motion family: mixed (walks, turns, orbits, zooms), pan (pans and tilts only, 12-35 deg/s)
+        motion: camera motion family: mixed (6-DoF walks, strafes, climbs, turns, tilts, orbits), pan (pans and tilts only, 12-35 deg/s)
             or slow_pan (3-10 deg/s).
         views: camera paths per world; the clips of one world share their first frame (multi-camera capture).
     """
