@@ -17,6 +17,10 @@ Two sources of rows, one pipeline (`datamodules.clips`):
   The view must have this datamodule's window geometry, and the model's route and codec
   (checked at setup and by the stage); ``test_index`` (raw, under ``release_root``) stays
   the validation split.
+
+Corpus mode can also take a test set of its own (``test_corpus_dir`` [+ ``test_synth``]): every usable clip
+of another corpus, typically worlds of a seed the model never saw, is then `solarwm test`'s split instead of
+the held-out scenes of the training corpus (which stay the validation split).
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class WorldDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         test_draws: int = 1,
         test_seed: int | None = None,
+        test_corpus_dir: str | None = None,
+        test_synth: SynthCorpus | None = None,
     ) -> None:
         super().__init__()
         if sum(x is not None for x in (corpus_dir, train_index, latent_view)) != 1:
@@ -98,38 +104,51 @@ class WorldDataModule(pl.LightningDataModule):
         self.view_meta: dict | None = None  # view.json of the latent view (view mode)
         self.shuffle, self.num_workers, self.test_draws = shuffle, num_workers, test_draws
         self.test_seed = test_seed
+        if test_synth is not None and test_corpus_dir is None:
+            raise ValueError("WorldDataModule: test_synth needs test_corpus_dir (where to render the test worlds)")
+        if test_corpus_dir is not None and corpus_dir is None:
+            raise ValueError("WorldDataModule: test_corpus_dir is for corpus mode; recipe and view modes take test_index")
+        self.test_corpus_dir, self.test_synth = test_corpus_dir, test_synth
+        self.test_dataset: ClipWindowDataset | None = None
         self.train_dataset: ClipWindowDataset | None = None
         self.val_dataset: ClipWindowDataset | None = None
         self.skipped: dict[str, str] = {}  # sample id or folder -> why it is not used
 
     # ---------------------------------------------------------------- rows
     def prepare_data(self) -> None:
-        """Render the corpus if it does not exist yet (rank 0 only, as Lightning calls it)."""
+        """Render the corpus (and the test corpus) if it does not exist yet (rank 0 only, as Lightning calls it)."""
         if self.corpus_dir is None:
             return
-        if Path(self.corpus_dir).exists():
-            if self.synth is not None:
-                self._check_rendered(Path(self.corpus_dir))
+        self._render(self.corpus_dir, self.synth)
+        if self.test_corpus_dir is not None:
+            self._render(self.test_corpus_dir, self.test_synth)
+
+    def _render(self, corpus_dir: str, synth: SynthCorpus | None) -> None:
+        """Render ``corpus_dir`` from ``synth`` unless it exists (then check it was rendered from ``synth``)."""
+        if Path(corpus_dir).exists():
+            if synth is not None:
+                self._check_rendered(Path(corpus_dir), synth)
             return
-        if self.synth is None:
-            raise FileNotFoundError(f"WorldDataModule: corpus_dir {self.corpus_dir} does not exist and no synth spec is given")
+        if synth is None:
+            raise FileNotFoundError(f"WorldDataModule: corpus_dir {corpus_dir} does not exist and no synth spec is given")
         from solarwm.data.sources.synthetic import synth_corpus
 
         # Render next to the target and rename once complete, so an interrupted render is
         # resumed (synth_corpus writes clip by clip) rather than mistaken for a finished corpus.
-        target = Path(self.corpus_dir)
+        target = Path(corpus_dir)
         partial = target.with_name(target.name + ".partial")
-        summary = synth_corpus(str(partial), **asdict(self.synth))
-        (partial / SYNTH_MARKER).write_text(json.dumps(asdict(self.synth), sort_keys=True) + "\n")
+        summary = synth_corpus(str(partial), **asdict(synth))
+        (partial / SYNTH_MARKER).write_text(json.dumps(asdict(synth), sort_keys=True) + "\n")
         partial.rename(target)
-        rank_zero_info(f"WorldDataModule: rendered corpus {self.corpus_dir}: {summary}")
+        rank_zero_info(f"WorldDataModule: rendered corpus {corpus_dir}: {summary}")
 
-    def _check_rendered(self, corpus: Path) -> None:
+    @staticmethod
+    def _check_rendered(corpus: Path, synth: SynthCorpus) -> None:
         """Refuse a corpus this data module rendered from another ``synth`` spec (e.g. an older recipe's)."""
         marker = corpus / SYNTH_MARKER
         if not marker.is_file():
             return  # a corpus of the user's own (or from `solarwm data synth`): used as it is
-        rendered, wanted = json.loads(marker.read_text()), asdict(self.synth)
+        rendered, wanted = json.loads(marker.read_text()), asdict(synth)
         if rendered != wanted:
             changed = ", ".join(f"{k}: {rendered.get(k)!r} -> {v!r}" for k, v in wanted.items() if rendered.get(k) != v)
             raise FileExistsError(
@@ -138,12 +157,23 @@ class WorldDataModule(pl.LightningDataModule):
             )
 
     def _corpus_rows(self) -> tuple[list[Row], list[Row]]:
+        """The training corpus's rows, split into (train, held-out) by scene."""
+        rows, scene_of = self._usable_rows(self.corpus_dir)
+        # Held-out split by stable id (the recipe split rule): independent of folder order and of which other
+        # clips exist; the clips of one scene (the views of a multi-camera world) are held out together.
+        val_ids = held_out_scenes(scene_of, self.num_val_clips)
+        train = [r for r in rows if r.sample_id not in val_ids]
+        val = [r for r in rows if r.sample_id in val_ids]
+        return train, val
+
+    def _usable_rows(self, corpus_dir: str) -> tuple[list[Row], dict[str, str]]:
+        """Every usable clip of ``corpus_dir`` as a row (the others go to ``skipped``), and each row's scene."""
         from solarwm.data.accounting import outcome
         from solarwm.data.contract import ClipError, iter_clip_dirs, read_clip, read_meta
 
         span = (self.num_frames - 1) * self.frame_stride + 1
         rows, scene_of = [], {}
-        for folder in iter_clip_dirs(self.corpus_dir):
+        for folder in iter_clip_dirs(corpus_dir):
             try:
                 meta = read_meta(folder)
                 read_clip(folder, load_video=False, validate=True)  # cheap camera/array checks
@@ -163,12 +193,7 @@ class WorldDataModule(pl.LightningDataModule):
             else:
                 rows.append(Row(sample_id=sample_id, num_frames=n, folder=str(folder)))
                 scene_of[sample_id] = meta.get("provenance", {}).get("scene") or sample_id
-        # Held-out split by stable id (the recipe split rule): independent of folder order and of which other
-        # clips exist; the clips of one scene (the views of a multi-camera world) are held out together.
-        val_ids = held_out_scenes(scene_of, self.num_val_clips)
-        train = [r for r in rows if r.sample_id not in val_ids]
-        val = [r for r in rows if r.sample_id in val_ids]
-        return train, val
+        return rows, scene_of
 
     def _index_rows(self, path: str, repeats: bool) -> list[Row]:
         from solarwm.data.index import read_index
@@ -211,6 +236,11 @@ class WorldDataModule(pl.LightningDataModule):
         train_common = dict(common, release_root=self.latent_view) if self.latent_view is not None else common
         self.train_dataset = ClipWindowDataset(train, random_start=True, **train_common)
         self.val_dataset = ClipWindowDataset(val, random_start=False, **common)
+        if self.test_corpus_dir is not None:
+            test, _ = self._usable_rows(self.test_corpus_dir)
+            if not test:
+                raise ValueError(f"WorldDataModule: no usable test rows in {self.test_corpus_dir} ({self.skipped})")
+            self.test_dataset = ClipWindowDataset(test, random_start=False, **common)
 
     def _view_rows(self) -> list[Row]:
         """The rows of the latent view, after checking its window geometry against this datamodule's."""
@@ -268,10 +298,11 @@ class WorldDataModule(pl.LightningDataModule):
         return self._in_order(self.val_dataset)
 
     def test_dataloader(self) -> DataLoader:
-        """The held-out split doubles as the test split, passed ``test_draws`` times in the same order.
+        """The test split (``test_corpus_dir``'s clips, else the held-out split), ``test_draws`` times in one order.
 
         A stage seeds each test batch's rollout by its batch index, so every pass generates the clips from
         other noise and the test metrics pool over the draws: a mean over one draw of a few clips moves
         with the draw by more than many targets' margins.
         """
-        return self._in_order(Subset(self.val_dataset, list(range(len(self.val_dataset))) * self.test_draws))
+        dataset = self.test_dataset if self.test_dataset is not None else self.val_dataset
+        return self._in_order(Subset(dataset, list(range(len(dataset))) * self.test_draws))

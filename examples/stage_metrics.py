@@ -1,6 +1,15 @@
-"""`solarwm test` for each stage of examples/three_stages.sh: writes OUT/metrics.json and prints the table.
+"""`solarwm test` for each stage of examples/three_stages.sh, on two motion families of unseen worlds.
 
     python examples/stage_metrics.py OUT
+
+Each stage's last checkpoint generates the recipe's test worlds (``mixed``: 6-DoF walks, strafes, climbs, turns,
+tilts, orbits; seed 1000) and slow pans (seed 1001), both from seeds no training stage saw. Writes
+OUT/metrics.json (the pooled test metrics, the targets with 95% intervals, and every test video's record) and
+prints one table per family.
+
+Intervals: a two-level bootstrap over the test videos: resample the worlds, then each world's noise draws,
+and recompute the statistic; the 2.5th and 97.5th percentiles over 2,000 resamples. A target is met only when
+its whole interval clears it.
 """
 
 from __future__ import annotations
@@ -9,29 +18,105 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from solarwm.train_cli import SolarCLI
 
 STAGES = {"stage1": "tiny_bid", "stage2": "tiny_tf", "stage3": "tiny_dmd"}
+#: motion family -> the test worlds' overrides of the recipe's ``data.test_synth`` (None: the recipe's own).
+FAMILIES = {"mixed": None, "slow_pan": {"motion": "slow_pan", "seed": 1001}}
 COLUMNS = ("psnr", "psnr_static", "psnr_wrong_camera", "ssim", "cam_rot_err_deg", "cam_rot_err_deg_gt",
-           "cam_rot_err_deg_median", "cam_rot_err_deg_median_gt")
+           "cam_trans_dir_err_deg", "cam_trans_dir_err_deg_gt", "cam_pairs")
+RESAMPLES = 2000
 
 
-def stage_metrics(out: Path, stage: str, recipe: str) -> dict[str, float]:
-    """Run `solarwm test` on the stage's last checkpoint; the `test/` metrics without their prefix."""
-    cli = SolarCLI(args=["test", "--config", str(out / "recipes" / f"{recipe}.yaml"),
-                         "--ckpt_path", str(out / stage / "last.ckpt"), "--trainer.logger", "false"])
-    metrics = cli.trainer.callback_metrics
-    return {k.removeprefix("test/"): round(float(v), 4) for k, v in metrics.items() if k.startswith("test/")}
+def stage_test(out: Path, stage: str, recipe: str, family: str) -> tuple[dict[str, float], list[dict]]:
+    """Run `solarwm test` on the stage's last checkpoint: its ``test/`` metrics and its per-video records."""
+    args = ["test", "--config", str(out / "recipes" / f"{recipe}.yaml"),
+            "--ckpt_path", str(out / stage / "last.ckpt"), "--trainer.logger", "false"]
+    overrides = FAMILIES[family]
+    if overrides is not None:
+        args += ["--data.init_args.test_corpus_dir", str(out / f"test_{family}")]
+        for key, value in overrides.items():
+            args += [f"--data.init_args.test_synth.{key}", str(value)]
+    cli = SolarCLI(args=args)
+    metrics = {k.removeprefix("test/"): round(float(v), 4) for k, v in cli.trainer.callback_metrics.items()
+               if k.startswith("test/")}
+    return metrics, cli.model.test_records
+
+
+def _by_world(records: list[dict], num_worlds: int) -> list[list[dict]]:
+    """Records grouped by test world (the loader passes the N worlds in order, once per draw)."""
+    return [records[w::num_worlds] for w in range(num_worlds)]
+
+
+def _resample(worlds: list[list[dict]], rng: np.random.Generator) -> list[dict]:
+    picked = [worlds[i] for i in rng.integers(len(worlds), size=len(worlds))]
+    return [draws[j] for draws in picked for j in rng.integers(len(draws), size=len(draws))]
+
+
+def _psnr_gap(records: list[dict], baseline: str) -> float:
+    return float(np.mean([r["psnr"] - r[baseline] for r in records if baseline in r]))
+
+
+def _trans_ratio(records: list[dict]) -> float:
+    gen = [e for r in records for e in r["cam_trans_dir_err_deg"]]
+    gt = [e for r in records for e in r["cam_trans_dir_err_deg_gt"]]
+    return float(np.mean(gen) / np.mean(gt)) if gen and gt else float("nan")
+
+
+def targets(records: list[dict], num_worlds: int, seed: int = 0) -> dict[str, dict[str, float]]:
+    """The #14 targets with bootstrap 95% intervals: PSNR gaps over both baselines, translation error / floor."""
+    worlds = _by_world(records, num_worlds)
+    stats = {"psnr_minus_static": lambda r: _psnr_gap(r, "psnr_static"),
+             "psnr_minus_wrong_camera": lambda r: _psnr_gap(r, "psnr_wrong_camera"),
+             "trans_dir_err_over_floor": _trans_ratio}
+    rng = np.random.default_rng(seed)
+    draws = [_resample(worlds, rng) for _ in range(RESAMPLES)]
+    result = {}
+    for name, stat in stats.items():
+        values = np.array([stat(d) for d in draws])
+        lo, hi = np.nanpercentile(values, [2.5, 97.5])
+        result[name] = {"value": round(stat(records), 3), "lo": round(float(lo), 3), "hi": round(float(hi), 3)}
+    result["parallax_pairs"] = {"generated": sum(len(r["cam_trans_dir_err_deg"]) for r in records),
+                                "ground_truth": sum(len(r["cam_trans_dir_err_deg_gt"]) for r in records),
+                                "pairs": sum(len(r["cam_rot_err_deg"]) for r in records)}
+    return result
+
+
+def print_table(results: dict) -> None:
+    """One table per motion family, then stage 3's targets with their intervals."""
+    for family, stages in results.items():
+        print(f"\n{family} (unseen worlds)\n{'stage':<8}" + "".join(f"{c:>{len(c) + 2}}" for c in COLUMNS))
+        for stage, res in stages.items():
+            values = res["metrics"]
+            print(f"{stage:<8}" + "".join(f"{values.get(c, float('nan')):>{len(c) + 2}.3f}" for c in COLUMNS))
+        t = stages["stage3"]["targets"]
+        print("stage 3, 95% intervals: " + "; ".join(
+            f"{k} {v['value']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]" for k, v in t.items() if "value" in v)
+            + f"; pairs with parallax (generated / ground truth / all): {t['parallax_pairs']['generated']} / "
+              f"{t['parallax_pairs']['ground_truth']} / {t['parallax_pairs']['pairs']}")
 
 
 def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "outputs/three_stages")
-    results = {stage: stage_metrics(out, stage, recipe) for stage, recipe in STAGES.items()}
-    (out / "metrics.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\n{'stage':<8}" + "".join(f"{c:>{len(c) + 2}}" for c in COLUMNS))
-    for stage, values in results.items():
-        print(f"{stage:<8}" + "".join(f"{values.get(c, float('nan')):>{len(c) + 2}.3f}" for c in COLUMNS))
+    results: dict = {}
+    for family in FAMILIES:
+        results[family] = {}
+        for stage, recipe in STAGES.items():
+            metrics, records = stage_test(out, stage, recipe, family)
+            num_worlds = len(records) // max(1, _draws(out, recipe))
+            results[family][stage] = {"metrics": metrics, "targets": targets(records, num_worlds),
+                                      "records": records}
+    (out / "metrics.json").write_text(json.dumps(results, indent=1) + "\n")
+    print_table(results)
     print(f"\nwrote {out / 'metrics.json'}")
+
+
+def _draws(out: Path, recipe: str) -> int:
+    import yaml
+
+    return int(yaml.safe_load((out / "recipes" / f"{recipe}.yaml").read_text())["data"]["init_args"]["test_draws"])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The paper's three-stage recipe end to end on the embedded default (CPU, no weights, no datasets):
 #   render worlds -> stage 1 (bidirectional) -> stage 2 (TF-AnyFlow) -> stage 3 (DMD) -> `solarwm test` each.
-# Writes OUT/stage{1,2,3}/{adapter/,last.ckpt}, OUT/metrics.json and prints the metrics table.
+# Writes OUT/stage{1,2,3}/{adapter/,last.ckpt}, OUT/metrics.json and prints the metrics tables: unseen worlds
+# with the default 6-DoF motion and with slow pans (examples/stage_metrics.py).
 #   bash examples/three_stages.sh [OUT]        (default OUT: outputs/three_stages)
 set -euo pipefail
 OUT=${1:-outputs/three_stages}
@@ -13,7 +14,7 @@ python - "$OUT" <<'PY'
 import sys
 from pathlib import Path
 out = Path(sys.argv[1])
-moves = {"runs/tiny_bid/corpus": f"{out}/corpus", "runs/tiny_bid/checkpoints": f"{out}/stage1",
+moves = {"runs/tiny_bid/corpus": f"{out}/corpus", "runs/tiny_bid/test_mixed": f"{out}/test_mixed", "runs/tiny_bid/checkpoints": f"{out}/stage1",
          "runs/tiny_tf/checkpoints": f"{out}/stage2", "runs/tiny_dmd/checkpoints": f"{out}/stage3",
          "runs/tiny_bid": f"{out}/stage1", "runs/tiny_tf": f"{out}/stage2", "runs/tiny_dmd": f"{out}/stage3"}
 for stage in ("bid", "tf", "dmd"):

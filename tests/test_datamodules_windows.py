@@ -8,7 +8,9 @@ import torch
 
 from solarwm.camera.intrinsics import project
 from solarwm.camera.se3 import look_at
-from solarwm.data.contract import Clip, clip_id, update_meta, write_clip
+from solarwm.data.contract import Clip, clip_id, read_meta, update_meta, write_clip
+from solarwm.data.sources.synthetic import synth_corpus
+from solarwm.datamodules.world import SynthCorpus
 from solarwm.datamodules import (
     ClipWindowDataset,
     RepeatSampler,
@@ -210,6 +212,27 @@ def test_views_of_one_world_are_held_out_together(tmp_path) -> None:
         # Whole worlds, enough of them for the clips asked for, and none of them trained on.
         assert not (train & val) and len(train | val) == 4
         assert len(dm.val_dataset.rows) == 2 * len(val) == 2 * ((held_out + 1) // 2)
+
+
+def test_a_test_corpus_of_unseen_worlds_is_the_test_split(tmp_path) -> None:
+    """``test_corpus_dir`` (rendered from ``test_synth`` on first use): all its clips, ``test_draws`` times, in order."""
+    synth_corpus(tmp_path / "corpus", clips=4, frames=5, width=32, height=32, fps=8.0, seed=6)
+    spec = SynthCorpus(clips=3, frames=5, width=32, height=32, seed=9, motion="slow_pan")
+    dm = WorldDataModule(num_frames=5, width=32, height=32, batch_size=2, corpus_dir=str(tmp_path / "corpus"),
+                         num_val_clips=1, test_draws=2, test_corpus_dir=str(tmp_path / "test"), test_synth=spec)
+    dm.prepare_data()
+    dm.setup("test")
+    tested = [sid for b in dm.test_dataloader() for sid in b["sample_id"]]
+    rendered = sorted(read_meta(p)["clip_id"] for p in (tmp_path / "test").iterdir() if p.is_dir())
+    assert sorted(tested[:3]) == rendered and tested == tested[:3] * 2
+    assert len(dm.val_dataset.rows) == 1 and not set(tested) & {r.sample_id for r in dm.train_dataset.rows}
+    # Another spec than the one the test corpus was rendered from is refused, as for the training corpus.
+    other = WorldDataModule(num_frames=5, width=32, height=32, corpus_dir=str(tmp_path / "corpus"),
+                            test_corpus_dir=str(tmp_path / "test"), test_synth=SynthCorpus(clips=3, seed=10))
+    with pytest.raises(FileExistsError, match="seed: 9 -> 10"):
+        other.prepare_data()
+    with pytest.raises(ValueError, match="test_synth needs test_corpus_dir"):
+        WorldDataModule(corpus_dir=str(tmp_path / "corpus"), test_synth=spec)
 
 
 def test_test_draws_repeat_the_held_out_clips_in_order(tmp_path) -> None:

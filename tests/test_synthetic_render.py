@@ -80,7 +80,10 @@ def test_render_is_deterministic_and_shows_motion():
     moved = np.abs(np.diff(traj.c2w, axis=0)).max(axis=(1, 2)) > 1e-3
     diffs = np.abs(np.diff(a.astype(np.int16), axis=0)).mean(axis=(1, 2, 3))
     assert moved.any()
-    assert (diffs[moved] > 0.5).all()
+    # Every step the camera moves changes the image; a walk at 0.5 m/s moves little per frame at 16 fps,
+    # so the clip as a whole must show it (first vs last frame), not each step by a fixed amount.
+    assert (diffs[moved] > 0.05).all()
+    assert np.abs(a[-1].astype(np.int16) - a[0]).mean() > 2.0
 
 
 def test_cameras_stay_in_free_space_and_look_at_content():

@@ -137,6 +137,20 @@ def test_solarwm_test_pools_its_metrics_over_test_draws(runs) -> None:
     assert other["test/psnr"] != one["test/psnr"]
 
 
+def test_solarwm_test_keeps_a_record_per_video_that_pools_to_its_metrics(runs) -> None:
+    """``test_records``: one per generated video, in loader order; their means are the logged pooled metrics."""
+    cli = SolarCLI(args=["test", "--config", str(runs["tf"]), "--ckpt_path", str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
+                         "--trainer.logger", "false", "--data.init_args.test_draws", "2"])
+    logged = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+    records = cli.model.test_records
+    assert len(records) == 2 * len(cli.datamodule.val_dataset)
+    for name in ("psnr", "psnr_static"):
+        assert sum(r[name] for r in records) / len(records) == pytest.approx(logged[f"test/{name}"], rel=1e-5)
+    rot = [e for r in records for e in r["cam_rot_err_deg"]]
+    assert len(rot) + logged["test/cam_failed_pairs"] == logged["test/cam_pairs"]
+    assert sum(rot) / len(rot) == pytest.approx(logged["test/cam_rot_err_deg"], rel=1e-5)
+
+
 def test_solarwm_test_command_line_wins_over_checkpoint_hyperparameters(runs) -> None:
     """`--model.init_args.sample_steps 3` with `--config` and `--ckpt_path` tests at 3 steps, not the saved number."""
 

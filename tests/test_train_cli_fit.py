@@ -33,7 +33,11 @@ def _tiny_recipe(root: Path, recipe: str = "tiny_bid.yaml", corpus: Path | None 
     doc["model"]["init_args"]["adapter"]["init_args"].update(adapter_init)
     corpus = corpus or root / "corpus"
     doc["data"]["init_args"].update(corpus_dir=str(corpus), num_frames=5, width=32, height=32, num_val_clips=1)
-    doc["data"]["init_args"]["synth"].update(clips=3, frames=9, width=48, height=32)
+    # One view per world: with 3 clips, a 4-view world would be held out whole and leave nothing to train on.
+    doc["data"]["init_args"]["synth"].update(clips=3, frames=9, width=48, height=32, views=1)
+    # `solarwm test` on the held-out clip (tests/test_datamodules_windows.py covers a separate test corpus).
+    doc["data"]["init_args"].pop("test_corpus_dir", None)
+    doc["data"]["init_args"].pop("test_synth", None)
     root.mkdir(parents=True, exist_ok=True)
     path = root / "recipe.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -26,6 +26,12 @@ def generated_frames(video: torch.Tensor, num_context_frames: int) -> torch.Tens
     return (video[:, :, num_context_frames:].float().clamp(-1.0, 1.0) + 1.0) / 2.0
 
 
+def per_video_psnr(generated: torch.Tensor, target: torch.Tensor, num_context_frames: int = 1) -> torch.Tensor:
+    """Each video's PSNR (dB) on its generated frames, as `VideoPSNR` averages them: ``[B, 3, F, H, W]`` → ``[B]``."""
+    mse = (generated_frames(generated, num_context_frames) - generated_frames(target, num_context_frames)).pow(2)
+    return 10.0 * torch.log10(1.0 / mse.flatten(1).mean(1))
+
+
 class VideoPSNR(PeakSignalNoiseRatio):
     """Mean over videos of each video's PSNR (dB) on its generated frames, data range [0, 1].
 

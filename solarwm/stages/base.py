@@ -250,6 +250,9 @@ class StageModule(pl.LightningModule):
             "camera": CameraFollowing(), "camera_gt": CameraFollowing(),
         }).to(self.device)
         self._other_cameras: torch.Tensor | None = None
+        # Per test video, in the test loader's order (clip i of N at draw i // N): what intervals are computed
+        # from (examples/stage_metrics.py). Kept after the epoch as ``test_records``.
+        self.test_records: list[dict[str, float]] = []
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         """Generate each held-out clip from its first frame and cameras; score it against the trivial baselines.
@@ -264,13 +267,23 @@ class StageModule(pl.LightningModule):
             generator = torch.Generator(device=self.device).manual_seed(self.rollout_seed() + batch_idx)
             return self.generate(first, caption, cameras, K, generator=generator).float()
 
+        from solarwm.metrics.video import per_video_psnr
+
         metrics = self.test_metrics
         generated = rollout(c2w)
+        static = first[:, :, None].expand_as(video)
         metrics["psnr"].update(generated, video)
         metrics["ssim"].update(generated, video)
-        metrics["psnr_static"].update(first[:, :, None].expand_as(video), video)
-        metrics["camera"].update(generated, c2w, K)
-        metrics["camera_gt"].update(video, c2w, K)
+        metrics["psnr_static"].update(static, video)
+        records = [{"psnr": float(p), "psnr_static": float(q)}
+                   for p, q in zip(per_video_psnr(generated, video), per_video_psnr(static, video))]
+        # One video at a time, so each record gets its own pairs' errors (the pooled metric is the same).
+        for b, record in enumerate(records):
+            for key, clip in (("camera", generated[b:b + 1]), ("camera_gt", video[b:b + 1])):
+                metrics[key].update(clip, c2w[b:b + 1], K[b:b + 1])
+                suffix = "" if key == "camera" else "_gt"
+                record[f"cam_rot_err_deg{suffix}"] = metrics[key].rot_err[-1].tolist()
+                record[f"cam_trans_dir_err_deg{suffix}"] = metrics[key].trans_err[-1].tolist()
         if video.shape[0] > 1:
             other = c2w.roll(1, dims=0)
         elif self._other_cameras is not None and self._other_cameras.shape == c2w.shape:
@@ -279,7 +292,11 @@ class StageModule(pl.LightningModule):
             other = None
         self._other_cameras = c2w[:1].clone()
         if other is not None:
-            metrics["psnr_wrong_camera"].update(rollout(other), video)
+            wrong = rollout(other)
+            metrics["psnr_wrong_camera"].update(wrong, video)
+            for record, p in zip(records, per_video_psnr(wrong, video)):
+                record["psnr_wrong_camera"] = float(p)
+        self.test_records.extend(records)
 
     def on_test_epoch_end(self) -> None:
         """Log ``test/psnr``, ``test/psnr_static``, ``test/psnr_wrong_camera``, ``test/ssim`` and camera following."""
