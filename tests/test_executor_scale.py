@@ -66,6 +66,67 @@ def test_ray_matches_the_process_pool_byte_for_byte(ray_session, tmp_path: Path,
     assert account(ray_corpus).balanced()
 
 
+# The corpus of the report in #29 §3: on it `metrics.flow_dis` of one clip was 50.655761 with
+# `--workers 2` and 50.656026 on Ray, because torch's CPU resize splits work by its thread count.
+FLOW_SYNTH = ["--clips", "6", "--frames", "33", "--size", "64x64", "--seed", "5"]
+
+
+def annotation_fields(corpus: Path) -> dict[str, dict[str, object]]:
+    """Per clip, every annotated field: the metric keys, the caption and each stage's record."""
+    from solarwm.data.contract import iter_clip_dirs, read_meta
+
+    out = {}
+    for folder in iter_clip_dirs(corpus):
+        doc = read_meta(folder)
+        fields = {f"metrics.{k}" if not k.startswith(("metrics.", "camera.")) else k: v
+                  for k, v in doc.get("metrics", {}).items()}
+        fields.update({f"stage.{name}": record for name, record in doc["provenance"]["stages"].items()})
+        fields["caption"] = doc.get("caption")
+        out[folder.name] = fields
+    return out
+
+
+def test_every_executor_writes_the_same_annotation_records(ray_session, tmp_path: Path, capsys) -> None:
+    """In-process (at 2 threads), a 2-worker pool and Ray: every stage's every field, exactly equal."""
+    import cv2
+    import torch
+
+    from solarwm.data.annotate.runner import DEFAULT_STAGES
+
+    source = tmp_path / "source"
+    assert main(["data", "synth", "--out", str(source), *FLOW_SYNTH, "--workers", "1"]) == 0
+    runs = {"in_process_2_threads": ["--workers", "1"], "pool": ["--workers", "2"],
+            "ray": ["--workers", "2", "--executor", "ray"]}
+    fields = {}
+    for name, options in runs.items():
+        corpus = tmp_path / name
+        shutil.copytree(source, corpus)
+        # The caller's thread settings must not reach the record (a Ray task has 1 thread).
+        before = torch.get_num_threads(), cv2.getNumThreads()
+        torch.set_num_threads(2)
+        cv2.setNumThreads(2)
+        try:
+            assert main(["data", "annotate", "--corpus", str(corpus), *options]) == 0
+            assert (torch.get_num_threads(), cv2.getNumThreads()) == (2, 2)  # restored after the run
+        finally:
+            torch.set_num_threads(before[0])
+            cv2.setNumThreads(before[1])
+        fields[name] = annotation_fields(corpus)
+    capsys.readouterr()
+    reference = fields["ray"]
+    assert len(reference) == 6
+    for clip, record in reference.items():
+        assert {"metrics.flow_dis", "metrics.vmaf", "metrics.saturation", "camera.fov_x_min"} <= set(record), clip
+        assert record["stage.flow"]["status"] == "ok"
+    for name, per_clip in fields.items():
+        assert per_clip.keys() == reference.keys(), name
+        for clip, record in per_clip.items():
+            assert record.keys() == reference[clip].keys(), (name, clip)
+            differing = {k: (v, reference[clip][k]) for k, v in record.items()
+                         if repr(v) != repr(reference[clip][k])}  # repr: 0.0 vs -0.0 and every float digit
+            assert differing == {}, (name, clip)
+
+
 def _die_once(task: tuple[str, tuple]) -> object:
     """Kill this worker process the first time (no cleanup, like an OOM kill); annotate normally after."""
     from solarwm.data.annotate.runner import _annotate_task

@@ -35,7 +35,7 @@ from solarwm.data.annotate.runner import annotate_command
 from solarwm.data.contract import clip_id, iter_clip_dirs, read_clip, read_meta
 from solarwm.data.estimators import get_estimator
 from solarwm.data.policy import evaluate, load_policy
-from solarwm.data.policy.table import flatten_meta, records_to_table
+from solarwm.data.policy.table import RELATIVE_SCALE, flatten_meta, records_to_table
 from solarwm.data.sources.ingest import ingest
 
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
@@ -76,7 +76,7 @@ def test_spatialvid_through_cpu_sfm_keeps_a_relative_clip_that_fails_the_metric_
     assert doc["metrics"]["camera.pose_units"] == "relative" and "camera.scale_cov" not in doc["metrics"]
     table, errors = records_to_table([flatten_meta(doc)])
     row = evaluate(POLICY, table, errors).table.to_pylist()[0]
-    assert "camera.pose_units=relative != metric" in row["reasons"]
+    assert f"camera.scale_cov: {RELATIVE_SCALE}" in row["reasons"] and row["tier"] == "rejected"
     assert account(corpus).total()["ingested"] == 1 and account(corpus).total()["failed"] == 0
 
 

@@ -114,7 +114,8 @@ def test_shipped_policy_parses_and_gate_texts_read_like_table3():
     assert "metrics.vmaf in [0.5, 100]" in texts and "metrics.unimatch in [3, 250]" in texts
     assert "mean(metrics.dover_tech, metrics.dover_aes) >= 0.3" in texts
     assert [c.text for c in policy.owners["mind"].kept][:5] == [
-        "camera.finite is true", "camera.pose_units = metric", "camera.fov_x_min >= 25", "camera.fov_x_max <= 125", "camera.fov_y_min >= 25"]
+        "camera.finite is true", "camera.fov_x_min >= 25", "camera.fov_x_max <= 125", "camera.fov_y_min >= 25",
+        "camera.fov_y_max <= 125"]
     assert parse_policy(yaml.safe_load(SHIPPED.read_text())) == policy.__class__(
         policy.name, policy.version, policy.owners, source="<policy>")
 
@@ -195,7 +196,7 @@ def test_corpus_select_writes_selection_and_accounts(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["accounting"] == "ingested 4 = kept-xhigh 1 + kept-high 1 + rejected 1 + failed 1"
     assert summary["failed_not_selected"] == 1 and summary["unreadable"] == []
-    assert read_meta(xhigh)["selection"] == {"policy": "solarwm-v1", "version": "1.0.0", "tier": "xhigh",
+    assert read_meta(xhigh)["selection"] == {"policy": "solarwm-v1", "version": "1.0.1", "tier": "xhigh",
                                              "reasons": []}
     assert read_meta(high)["selection"]["tier"] == "high"
     assert read_meta(mistyped)["selection"]["reasons"] == ["metrics.vmaf: not numeric (str)"]

@@ -15,7 +15,7 @@ import pytest
 
 from solarwm.data.policy import COLUMNS, evaluate, load_policy
 from solarwm.data.policy.engine import format_number
-from solarwm.data.policy.table import records_to_table
+from solarwm.data.policy.table import RELATIVE_SCALE, records_to_table
 
 POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
 D = ("metrics.dover_tech", "metrics.dover_aes")
@@ -93,7 +93,7 @@ TABLE3 = {
                          Q5, R_EMPTY),
 }
 OTHER_COLUMNS = {
-    "A": ("caption",), "finite": ("camera.finite", "camera.pose_units"), "G": ("lineage.geometry_ok",),
+    "A": ("caption",), "finite": ("camera.finite",), "G": ("lineage.geometry_ok",),
     "lineage": ("lineage.source_tier",), "res": ("width", "height"),
     "res_src": ("lineage.source_width", "lineage.source_height"), "E": ("metrics.vlm_entity_density",),
 }
@@ -237,7 +237,7 @@ def test_other_table3_gates(owner):
         ("A", {"caption": "  \n\t"}, "caption: empty"),
         ("A", {"caption": ""}, "caption: empty"),
         ("finite", {"camera.finite": False}, "camera.finite is false"),
-        ("finite", {"camera.pose_units": "relative"}, "camera.pose_units=relative != metric"),
+        ("finite", {"camera.pose_units": "relative"}, f"camera.scale_cov: {RELATIVE_SCALE}"),
         ("G", {"lineage.geometry_ok": False}, "lineage.geometry_ok is false"),
         ("lineage", {"lineage.source_tier": "rejected"}, "lineage.source_tier=rejected not in {high, xhigh}"),
         ("res", {"width": 1920}, "width=1920 != 1280"),

@@ -50,7 +50,9 @@ def test_relative_clip_fails_the_camera_gate_with_the_reason_named(tmp_path, cap
     rows = {r["clip_id"]: r for r in evaluate(POLICY, table, errors).table.to_pylist()}
     camera_reasons = [[x for x in rows[p.name]["reasons"] if x.startswith("camera.")] for p in (metric, default, relative)]
     assert camera_reasons[:2] == [[], []]
-    assert camera_reasons[2] == ["camera.pose_units=relative != metric", "camera.scale_cov: missing"]
+    # Table 3's C120 does not read camera.pose_units; the scale CoV it needs is undefined for relative poses.
+    assert camera_reasons[2] == ["camera.scale_cov: undefined for relative poses (camera.pose_units=relative)"]
+    assert rows[relative.name]["tier"] == "rejected"
 
 
 def test_contract_refuses_unknown_pose_units(tmp_path):

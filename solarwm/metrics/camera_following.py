@@ -35,6 +35,12 @@ rendered worlds (stride 4, defaults, 64×64 | 96×64; worlds 0–9), mean rotati
 0.15–0.57° | 0.13–0.54°; walking while turning 1.4–5.8° | 0.8–5.0°, translation direction
 7–39°; random `sample_trajectory` paths, all pairs pooled (measured at 0.9), 1.4° | 1.6° (median 0.7°) and
 22° | 22°. The errors are heavy-tailed: a pair or two per clip is off by 5–15°.
+
+Determinism. The same video gives the same numbers on any machine with the declared
+dependencies: the estimator runs with OpenCV, torch and BLAS pinned to one thread
+(`solarwm.threads.pinned_threads`), and RANSAC's random draws start from a fixed seed
+(``RANSAC_SEED``, set with ``cv2.setRNGSeed`` on the calling thread just before the fit). The
+figures above were measured on opencv-python-headless 4.14.0, numpy 2.4.6 and torch 2.13.0.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ from torchmetrics.utilities import dim_zero_cat
 
 from solarwm.data.video import to_uint8_frames
 from solarwm.camera.se3 import relative_pose
+from solarwm.threads import pinned_threads
+
+#: Seed of OpenCV's RNG before each essential-matrix RANSAC, so its samples never depend on what
+#: else used the thread's RNG before (OpenCV 4.14's RANSAC seeds its own; other builds may not).
+RANSAC_SEED = 0
 
 
 def commanded_relative_pose(c2w_i: Any, c2w_j: Any) -> np.ndarray:
@@ -159,8 +170,18 @@ def estimate_relative_pose(
     than ``min_inliers`` tracks, or fewer than ``min_inlier_ratio`` of them, is no estimate
     (on rendered worlds at least 0.58 of the tracks are inliers, on frames of noise 0.3). A
     pair shows no parallax when a pure rotation explains ``panorama_ratio`` of the inliers to
-    within ``parallax_px``; its rotation is then that fit and ``t`` is None.
+    within ``parallax_px``; its rotation is then that fit and ``t`` is None. Runs with pinned
+    threads and a seeded RANSAC (see the module's "Determinism").
     """
+    with pinned_threads():
+        return _estimate_relative_pose(frames, K_i, K_j, upscale, max_features, ransac_threshold_px, parallax_px,
+                                       min_inliers, min_inlier_ratio, panorama_ratio)
+
+
+def _estimate_relative_pose(
+    frames: np.ndarray, K_i: np.ndarray, K_j: np.ndarray, upscale: int, max_features: int,
+    ransac_threshold_px: float, parallax_px: float, min_inliers: int, min_inlier_ratio: float, panorama_ratio: float,
+) -> PoseEstimate | None:
     gray = []
     for frame in frames:
         g = cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2GRAY)
@@ -178,6 +199,7 @@ def estimate_relative_pose(
     b = _normalised(ahead.reshape(-1, 2)[keep].astype(np.float64), K_j, upscale)
     # Normalised coordinates let each frame have its own K (zoom); thresholds follow them.
     focal = 0.25 * float(K_i[0] + K_i[1] + K_j[0] + K_j[1])
+    cv2.setRNGSeed(RANSAC_SEED)
     E, mask = cv2.findEssentialMat(a, b, np.eye(3), method=cv2.RANSAC, prob=0.999,
                                    threshold=ransac_threshold_px / focal)
     if E is None or E.shape[0] < 3 or mask is None:
@@ -255,6 +277,10 @@ class CameraFollowing(Metric):
 
     def update(self, video: torch.Tensor, c2w: Any, K: Any) -> None:
         """Add videos ``[B, 3, F, H, W]`` in [-1, 1] and their cameras: c2w ``[B, F, 4, 4]``, pixel K ``[B, F, 4]``."""
+        with pinned_threads():  # the uint8 conversion too: the numbers must not depend on thread counts
+            self._add_videos(video, c2w, K)
+
+    def _add_videos(self, video: torch.Tensor, c2w: Any, K: Any) -> None:
         c2w = torch.as_tensor(c2w).detach().cpu().double().numpy()
         K = torch.as_tensor(K).detach().cpu().double().numpy()
         B, _, F = video.shape[:3]

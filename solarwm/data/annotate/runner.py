@@ -6,7 +6,8 @@ clip's ``meta.json`` (one atomic ``update_meta`` per finished stage), so:
 
 * a rerun skips every stage already ``ok`` at the same version (idempotent), and a killed run
   resumes where it stopped — finished clips and stages stay finished;
-* any executor of ``solarwm.data.executor.map_tasks`` can run the tasks. A cluster executor
+* any executor of ``solarwm.data.executor.map_tasks`` can run the tasks, and each gives the same
+  record: the stages run with pinned threads (``solarwm.threads``). A cluster executor
   needs only that every worker sees the corpus folder at the same path (shared filesystem), has this package installed, and—for model stages—has the checkpoint paths
   readable; two tasks must never annotate the same clip at once (one task per clip folder).
 """
@@ -25,6 +26,7 @@ from solarwm.data.annotate.visual import MetricError
 from solarwm.data.annotate.vlm import VLMConfig
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
 from solarwm.data.executor import map_tasks
+from solarwm.threads import pinned_threads
 
 # Top-level keys a stage may write outside ``metrics``; ``caption`` also rewrites prompt.txt.
 TOP_LEVEL_KEYS = ("caption",)
@@ -64,7 +66,17 @@ def _apply(doc: dict[str, Any], name: str, record: dict[str, Any], values: dict[
 
 
 def annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> ClipResult:
-    """Run ``stages`` on one clip folder, recording each outcome in its ``meta.json``; never raises for bad clips."""
+    """Run ``stages`` on one clip folder, recording each outcome in its ``meta.json``; never raises for bad clips.
+
+    Every executor runs this function, and it runs the stages with pinned threads
+    (`solarwm.threads.pinned_threads`): a metric a gate thresholds must not depend on how many
+    threads the executor's worker happens to have.
+    """
+    with pinned_threads():
+        return _annotate_clip(clip_dir, stages, config)
+
+
+def _annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> ClipResult:
     folder = Path(clip_dir)
     result = ClipResult(clip=folder.name)
     try:

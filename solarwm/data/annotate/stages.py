@@ -205,7 +205,8 @@ STAGES: dict[str, Stage] = {
         Stage("saturation", run_saturation, lambda c: "1/" + _libs("opencv")),
         Stage("vmaf", run_vmaf, lambda c: "1/" + _libs("libavfilter")),
         Stage("cuts", run_cuts, lambda c: "1/" + _libs("scenedetect")),
-        Stage("flow", run_flow, lambda c: "1/" + _libs("opencv")
+        # 2: torch/OpenCV/BLAS pinned to one thread (runner.annotate_clip); 1 varied with the worker's threads.
+        Stage("flow", run_flow, lambda c: "2/" + _libs("opencv")
               + (f"/unimatch:{Path(c.unimatch_checkpoint).name}" if c.unimatch_checkpoint else "")),
         Stage("dover", run_dover, lambda c: "1" + (f"/dover:{Path(c.dover_checkpoint).name}" if c.dover_checkpoint else "")),
         Stage("vlm", run_vlm, lambda c: "1" + (f"/{c.vlm.model}" if c.vlm else "")),

@@ -11,7 +11,7 @@ from solarwm.data.accounting import account, outcome
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
 from solarwm.data.policy.engine import Selection, evaluate
 from solarwm.data.policy.spec import Policy, PolicyError, load_policy
-from solarwm.data.policy.table import flatten_meta, read_metrics_table, records_to_table, write_tiers
+from solarwm.data.policy.table import flatten_meta, pose_unit_errors, read_metrics_table, records_to_table, write_tiers
 
 DEFAULT_POLICY = "recipes/policies/solarwm-v1.yaml"
 _REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -88,7 +88,8 @@ def select_command(
             selection, skipped = select_corpus(rules, corpus)
             summary = {**selection.summary(), **skipped, "accounting": account(corpus).line()}
         else:
-            selection = evaluate(rules, read_metrics_table(metrics))
+            table = read_metrics_table(metrics)
+            selection = evaluate(rules, table, pose_unit_errors(table))
             summary = selection.summary()
         if out is not None:
             summary["out"] = str(write_tiers(selection.table, out))

@@ -79,22 +79,33 @@ class _Column:
 
 
 def _read_column(table: pa.Table, name: str, row_errors: Mapping[int, str] | None) -> _Column:
-    """Read and validate one vocabulary column; absent, null, non-finite and mistyped values are flagged."""
-    n, kind = table.num_rows, COLUMNS[name]
-    column = _Column(name, None, np.zeros(n, np.int32))
-    everything = slice(None)
+    """Read and validate one vocabulary column; absent, null, non-finite and mistyped values are flagged.
+
+    ``row_errors`` (row -> message) then overrides the problem of single rows, also for a column
+    the table lacks (e.g. a value left out on purpose, with the reason why).
+    """
+    column = _Column(name, None, np.zeros(table.num_rows, np.int32))
+    _fill_column(column, table, name)
+    for row, message in (row_errors or {}).items():
+        column.flag(np.array([row]), f"{name}: {message}")
+    return column
+
+
+def _fill_column(column: _Column, table: pa.Table, name: str) -> None:
+    """Set ``column.values`` from the table and flag its unusable rows."""
+    kind, everything = COLUMNS[name], slice(None)
     if name not in table.column_names:
         column.flag(everything, f"{name}: missing")
-        return column
+        return
     arr = table.column(name).combine_chunks()
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     if pa.types.is_null(arr.type):
         column.flag(everything, f"{name}: missing")
-        return column
+        return
     if not _type_ok(kind, arr.type):
         column.flag(everything, f"{name}: not {_KIND_NAMES[kind]} ({arr.type})")
-        return column
+        return
     if kind == NUMBER:
         column.values = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls become NaN
         column.flag(~np.isfinite(column.values), f"{name}: not finite")
@@ -111,9 +122,6 @@ def _read_column(table: pa.Table, name: str, row_errors: Mapping[int, str] | Non
                         f"{name}: not a list of strings")
     if arr.null_count:
         column.flag(arr.is_null().to_numpy(zero_copy_only=False), f"{name}: missing")
-    for row, message in (row_errors or {}).items():
-        column.flag(np.array([row]), f"{name}: {message}")
-    return column
 
 
 @dataclass

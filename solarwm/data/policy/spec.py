@@ -32,7 +32,9 @@ COLUMNS: dict[str, str] = {
     "height": NUMBER,
     "caption": TEXT,  # A: non-empty after stripping
     "camera.finite": BOOL,
-    "camera.pose_units": TEXT,  # "metric" or "relative" (up to scale); camera gates need "metric"
+    # "metric" or "relative" (up to scale). Not part of C120/C125 (Table 3 does not name it): relative
+    # poses have no camera.scale_cov, which the camera gates need; see table.pose_unit_errors.
+    "camera.pose_units": TEXT,
     "camera.fov_x_min": NUMBER,
     "camera.fov_x_max": NUMBER,
     "camera.fov_y_min": NUMBER,
@@ -204,8 +206,8 @@ def parse_gate(gate: Any, source: str = "<policy>", where: str = "gate") -> list
         if arg not in CAMERA_GATES:
             raise PolicyError(source, at, f"unknown camera gate {arg!r}; allowed {sorted(CAMERA_GATES)}")
         fov_max = CAMERA_GATES[arg]
-        checks = [Check("is_true", ("camera.finite",), where=at),
-                  Check("eq", ("camera.pose_units",), value="metric", where=at)]
+        # Exactly Table 3's C120/C125; metric scale is enforced through camera.scale_cov.
+        checks = [Check("is_true", ("camera.finite",), where=at)]
         for axis in ("x", "y"):
             checks.append(Check("range", (f"camera.fov_{axis}_min",), min=25.0, where=at))
             checks.append(Check("range", (f"camera.fov_{axis}_max",), max=fov_max, where=at))

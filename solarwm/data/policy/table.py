@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from solarwm.data.policy.spec import BOOL, COLUMNS, NUMBER, STR_LIST, TEXT
@@ -41,6 +43,39 @@ def flatten_meta(doc: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+RELATIVE_SCALE = "undefined for relative poses (camera.pose_units=relative)"
+
+
+def pose_unit_errors(table: pa.Table) -> dict[str, dict[int, str]]:
+    """Row errors naming why ``camera.scale_cov`` is unusable on clips whose poses are only up to scale.
+
+    Table 3's camera gates read ``camera.scale_cov`` but not ``camera.pose_units``, so a table
+    without ``camera.pose_units`` is gated exactly as in the paper. Where the column says
+    ``relative``, a scale coefficient of variation has no meaning (the annotator leaves it out),
+    so the value is marked unusable, present or not: such clips fail C120/C125 with this reason
+    instead of ``camera.scale_cov: missing``, and a stray value in a foreign table cannot pass.
+    """
+    if "camera.pose_units" not in table.column_names:
+        return {}
+    units = table.column("camera.pose_units").combine_chunks()
+    if pa.types.is_dictionary(units.type):
+        units = units.dictionary_decode()
+    if not (pa.types.is_string(units.type) or pa.types.is_large_string(units.type)):
+        return {}  # a mistyped column is reported by any gate that reads it; nothing to explain here
+    relative = pc.fill_null(pc.equal(units, "relative"), False).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(relative)
+    return {"camera.scale_cov": dict.fromkeys(rows.tolist(), RELATIVE_SCALE)} if rows.size else {}
+
+
+def merge_errors(*parts: dict[str, dict[int, str]]) -> dict[str, dict[int, str]]:
+    """Per-column row errors of several sources; a later part wins on the same row."""
+    out: dict[str, dict[int, str]] = {}
+    for part in parts:
+        for column, rows in part.items():
+            out.setdefault(column, {}).update(rows)
+    return out
+
+
 def _coerce(kind: str, value: Any) -> tuple[Any, str | None]:
     """Return (value for Arrow or None, error text or None) for one JSON value of a column kind."""
     if value is None:
@@ -67,6 +102,7 @@ def records_to_table(records: list[dict[str, Any]]) -> tuple[pa.Table, dict[str,
     A value of the wrong kind becomes null in the table and an entry ``{column: {row: reason}}``
     in the returned errors, which :func:`solarwm.data.policy.engine.evaluate` turns into a failed
     gate naming the column. A vocabulary column no record has is left out (so it reads as missing).
+    The errors include :func:`pose_unit_errors`.
     """
     def text(key: str) -> pa.Array:
         return pa.array([r.get(key) if isinstance(r.get(key), str) else None for r in records], pa.string())
@@ -83,7 +119,9 @@ def records_to_table(records: list[dict[str, Any]]) -> tuple[pa.Table, dict[str,
                 errors.setdefault(name, {})[row] = error
             values.append(value)
         data[name] = pa.array(values, _ARROW_TYPES[kind])
-    return pa.table(data), errors
+    table = pa.table(data)
+    # A type error names the stored value; it is more specific than the pose-units explanation.
+    return table, merge_errors(pose_unit_errors(table), errors)
 
 
 def read_metrics_table(path: str | Path) -> pa.Table:

@@ -1,0 +1,111 @@
+"""Machine-independent numbers: pinned threads, and the camera-following metric scored under any thread count.
+
+The same rendered videos are scored with the caller at 1 and at 2 threads (OpenCV, torch, BLAS),
+twice each, after disturbing OpenCV's RNG, and in fresh interpreters started with
+``OMP_NUM_THREADS`` 1 and 2: every number must be identical (``repr`` equality, so every digit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_info
+
+from solarwm.camera import trajectory as T
+from solarwm.data.sources.synthetic import make_scene, render_clip
+from solarwm.metrics import CameraFollowing, estimate_relative_pose, video_from_uint8
+from solarwm.threads import pinned_threads
+
+# Worlds with parallax (walk while turning, at 64x64 and 96x64) and without (a pan).
+WORLDS = [("walk", 64, 64, 0), ("walk", 96, 64, 3), ("pan", 96, 64, 2)]
+SEGMENTS = {"walk": [T.forward(8, 1.0), T.Segment(24, forward=3.0, yaw=60.0)], "pan": [T.yaw_turn(16, 40.0)]}
+
+
+def score_worlds() -> list[dict[str, str]]:
+    """CameraFollowing of each world's ground-truth video with its own cameras, every value as repr."""
+    out = []
+    for name, width, height, seed in WORLDS:
+        traj = T.compose_segments(SEGMENTS[name], width=width, height=height)
+        frames = render_clip(make_scene(np.random.default_rng(seed), traj.c2w), traj)
+        metric = CameraFollowing()
+        metric.update(video_from_uint8(frames), torch.as_tensor(traj.c2w)[None], torch.as_tensor(traj.K)[None])
+        out.append({k: repr(float(v)) for k, v in metric.compute().items()})
+    return out
+
+
+def at_threads(n: int, fn):
+    """``fn()`` with the caller's OpenCV, torch and BLAS pools set to ``n`` threads; settings restored after."""
+    from threadpoolctl import threadpool_limits
+
+    before = cv2.getNumThreads(), torch.get_num_threads()
+    cv2.setNumThreads(n)
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            return fn()
+    finally:
+        cv2.setNumThreads(before[0])
+        torch.set_num_threads(before[1])
+
+
+def test_pinned_threads_pins_every_pool_and_restores_it():
+    at_two = at_threads(2, lambda: (cv2.getNumThreads(), torch.get_num_threads()))
+    assert at_two == (2, 2)
+
+    def inside_and_after():
+        with pinned_threads():
+            pools = {p["num_threads"] for p in threadpool_info()}
+            inside = cv2.getNumThreads(), torch.get_num_threads(), pools
+        return inside, (cv2.getNumThreads(), torch.get_num_threads())
+
+    inside, after = at_threads(2, inside_and_after)
+    assert inside[:2] == (1, 1) and inside[2] <= {1}
+    assert after == (2, 2)
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        with pinned_threads(0):
+            pass
+
+
+def test_camera_following_is_identical_at_1_and_2_threads_and_run_twice():
+    runs = [at_threads(n, score_worlds) for n in (1, 2, 1, 2)]
+    assert all(r == runs[0] for r in runs[1:])
+    first = runs[0]
+    assert len(first) == len(WORLDS)
+    assert all(float(w["pairs"]) > 0 and float(w["failed_pairs"]) < float(w["pairs"]) for w in first)
+    assert first[0]["trans_dir_err_deg"] != "nan" and first[2]["trans_dir_err_deg"] == "nan"  # walk | pan
+
+    # Whatever used OpenCV's RNG before (another RANSAC, cv2.randu), the estimate is the same.
+    cv2.setRNGSeed(987654321)
+    cv2.randu(np.empty((1000,), np.float32), 0, 1)
+    assert score_worlds() == first
+
+
+def test_estimate_relative_pose_is_bitwise_identical_under_any_thread_count():
+    traj = T.compose_segments(SEGMENTS["walk"], width=64, height=64)
+    frames = render_clip(make_scene(np.random.default_rng(0), traj.c2w), traj)
+    estimates = [at_threads(n, lambda: estimate_relative_pose(frames[8:13], traj.K[8], traj.K[12])) for n in (1, 2, 1)]
+    assert estimates[0] is not None and estimates[0].t is not None
+    for est in estimates[1:]:
+        assert est.R.tobytes() == estimates[0].R.tobytes() and est.t.tobytes() == estimates[0].t.tobytes()
+        assert (est.tracks, est.inliers) == (estimates[0].tracks, estimates[0].inliers)
+
+
+def test_fresh_interpreters_with_1_and_2_omp_threads_score_the_same():
+    here = Path(__file__).resolve().parent
+    code = f"import json, sys; sys.path.insert(0, {str(here)!r}); import test_metric_determinism as t; " \
+           "print(json.dumps(t.score_worlds()))"
+    outputs = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert outputs[0] == outputs[1] == score_worlds()
