@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,12 @@ class SolarCLI(LightningCLI):
     """LightningCLI with the recipe conventions: subclass mode for model and data, strict YAML."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        with warnings.catch_warnings():
+            # `solarwm` passes its own argv on purpose; the warning would break the one-line error form.
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+            self._init(args, run)
+
+    def _init(self, args: list[str] | None, run: bool) -> None:
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
@@ -43,8 +51,9 @@ class SolarCLI(LightningCLI):
             run=run,
             # A re-run into the same log folder rewrites its config.yaml instead of refusing.
             save_config_kwargs={"overwrite": True},
-            # No environment variables may change a recipe behind the YAML's back.
-            parser_kwargs={"default_env": False},
+            # No environment variables may change a recipe behind the YAML's back; a parse error
+            # raises (one line from `solarwm.cli.main`) instead of printing the whole usage.
+            parser_kwargs={"default_env": False, "exit_on_error": False},
             auto_configure_optimizers=False,
         )
 
@@ -58,6 +67,45 @@ class SolarCLI(LightningCLI):
         if self.config.get("subcommand") and self.config[self.config.subcommand].get("config"):
             return
         super()._parse_ckpt_path()
+
+
+    def before_instantiate_classes(self) -> None:
+        """Refuse a missing or unreadable ``--ckpt_path`` before anything (a log folder) is made."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if isinstance(ckpt_path, str) and ckpt_path not in SPECIAL_CKPT_PATHS and not (
+            ckpt_path.startswith("registry") or "://" in ckpt_path
+        ):
+            from solarwm.stages.checkpoints import read_checkpoint
+
+            read_checkpoint(ckpt_path, mmap=True)
+
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        """The trainer method's arguments, with ``weights_only=True`` for a resume unless the user asked otherwise."""
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if "weights_only" in self._subcommand_method_arguments[subcommand] and kwargs.get("weights_only") is None:
+            kwargs["weights_only"] = True  # checkpoints hold tensors and plain containers only
+        return kwargs
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run it; a run that fails before its first step leaves no new log folder behind."""
+        logger = self.trainer.logger
+        log_dir = Path(logger.log_dir) if logger is not None and getattr(logger, "log_dir", None) else None
+        fresh = log_dir is not None and not log_dir.exists()
+        try:
+            super()._run_subcommand(subcommand)
+        except Exception:
+            if fresh and self.trainer.global_step == 0 and log_dir.is_dir():
+                shutil.rmtree(log_dir, ignore_errors=True)
+            raise
+
+
+#: ``--ckpt_path`` values Lightning resolves itself (not files).
+SPECIAL_CKPT_PATHS = ("last", "best", "hpc")
+
+
+class TrainerConfigError(ValueError):
+    """Lightning refused the trainer configuration (e.g. ``--trainer.max_steps -5``); the message says why."""
 
 
 class _ParseOnlyCLI(SolarCLI):
@@ -281,7 +329,8 @@ def predict_parser() -> "ArgumentParser":
 
     # Not jsonargparse.auto_cli: it reserves --config for its own config file, and here
     # --config is the training recipe the checkpoint belongs to.
-    parser = ArgumentParser(prog="solarwm predict", description=predict.__doc__.splitlines()[0], default_env=False)
+    parser = ArgumentParser(prog="solarwm predict", description=predict.__doc__.splitlines()[0], default_env=False,
+                            exit_on_error=False)
     parser.add_function_arguments(predict, as_positional=False)
     return parser
 
@@ -291,5 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "predict":
         return predict(**predict_parser().parse_args(argv[1:]).as_dict())
-    SolarCLI(args=argv)
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        SolarCLI(args=argv)
+    except MisconfigurationException as e:  # Lightning's bad-configuration error, made one of ours
+        raise TrainerConfigError(str(e)) from e
     return 0
