@@ -15,13 +15,14 @@ from ``--config``) or an exported adapter folder (``--adapter``)::
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import shutil
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -269,6 +270,9 @@ def predict(
     from solarwm.camera.trajectory import load_trajectory
     from solarwm.datamodules.clips import fit_intrinsics, resize_crop
 
+    for name, value in (("num_frames", num_frames), ("width", width), ("height", height), ("num_steps", num_steps)):
+        if value is not None and value < 1:  # refused here: 0 would otherwise mean "the default" below
+            raise ValueError(f"predict: --{name} must be >= 1, got {value}")
     if (checkpoint is None) == (adapter is None):
         raise ValueError("predict: give exactly one of --checkpoint (with --config) or --adapter")
     if checkpoint is not None and config is None:
@@ -323,6 +327,19 @@ def predict(
     return 0
 
 
+@contextlib.contextmanager
+def _output_folder(out: Path) -> Iterator[None]:
+    """A failed or refused run removes the folders above ``out`` that it made (when they are still empty)."""
+    made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+
+
 def predict_parser() -> "ArgumentParser":
     """The ``solarwm predict`` parser: `predict`'s typed signature, ``--config`` being the recipe."""
     from jsonargparse import ArgumentParser
@@ -339,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point for ``solarwm fit|validate|test|predict ...`` (``argv`` without the program name)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "predict":
-        return predict(**predict_parser().parse_args(argv[1:]).as_dict())
+        kwargs = predict_parser().parse_args(argv[1:]).as_dict()
+        with _output_folder(Path(kwargs["output"])):
+            return predict(**kwargs)
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     try:
