@@ -65,12 +65,13 @@ class SolarCLI(LightningCLI):
         ``solarwm test --config R --ckpt_path C --model.init_args.sample_steps 4`` silently tested with
         the steps saved in C (Lightning-AI/pytorch-lightning#21455 is the open upstream fix).
         """
+        self._check_ckpt_path()
         if self.config.get("subcommand") and self.config[self.config.subcommand].get("config"):
             return
         super()._parse_ckpt_path()
 
 
-    def before_instantiate_classes(self) -> None:
+    def _check_ckpt_path(self) -> None:
         """Refuse a missing or unreadable ``--ckpt_path`` before anything (a log folder) is made."""
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import re
 import shutil
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -399,10 +401,26 @@ def test_error_format_of_every_verb(tmp_path: Path, capsys, argv: list[str], com
 # --- fit / test -----------------------------------------------------------------------------------------------------
 
 
+class _CurrentStderr:
+    """A stream that is always the current ``sys.stderr`` (pytest swaps it per test and phase)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 @pytest.fixture
-def recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Path:
+    import lightning.pytorch  # noqa: F401  (its log handlers exist from here on)
     from test_train_cli_fit import _tiny_recipe
 
+    # Lightning's log handlers keep the stderr of the test that first imported it; make them write to the current one.
+    for name in [n for n in logging.Logger.manager.loggerDict if n.split(".")[0] == "lightning"]:
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler):
+                monkeypatch.setattr(handler, "stream", _CurrentStderr())
     monkeypatch.chdir(REPO)  # the recipe's pretrained_path is relative to the repository
     return _tiny_recipe(tmp_path / "run")
 
