@@ -19,6 +19,8 @@ import dataclasses
 import importlib
 import json
 import shutil
+import types
+import typing
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,9 +78,55 @@ def read_adapter_json(directory: str | Path) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as e:
         raise AdapterError(f"{meta_path} is not valid JSON: {e}") from e
-    if meta.get("schema") != ADAPTER_SCHEMA or "route" not in meta or "config" not in meta:
-        raise AdapterError(f"{meta_path}: expected schema {ADAPTER_SCHEMA!r} with 'route' and 'config'")
+    if not isinstance(meta, dict) or meta.get("schema") != ADAPTER_SCHEMA or "route" not in meta or "config" not in meta:
+        raise AdapterError(f"{meta_path}: expected an object of schema {ADAPTER_SCHEMA!r} with 'route' and 'config'")
+    for key, kinds, optional in (("route", str, False), ("config", dict, False), ("stage", str, True),
+                                 ("lora", dict, True), ("flow_map_gate", (int, float), True)):
+        value = meta.get(key)
+        if (value is None and optional) or (isinstance(value, kinds) and not isinstance(value, bool)):
+            continue
+        raise AdapterError(f"{meta_path}: '{key}' has the wrong type ({type(value).__name__})")
     return meta
+
+
+def _type_problem(hint: Any, value: Any) -> bool:
+    """Whether JSON ``value`` plainly does not fit the config field type ``hint`` (unknown kinds pass)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return value not in args
+    if origin in (typing.Union, types.UnionType):
+        return all(_type_problem(a, value) for a in args)
+    if hint is type(None):
+        return value is not None
+    if hint is bool:
+        return not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, bool) or not isinstance(value, int)
+    if hint is float:
+        return isinstance(value, bool) or not isinstance(value, (int, float))
+    if hint is str:
+        return not isinstance(value, str)
+    if hint in (tuple, list) or origin in (tuple, list):
+        return not isinstance(value, (list, tuple))
+    if hint is dict or origin is dict:
+        return not isinstance(value, dict)
+    return False
+
+
+def _check_config_types(config_class: type, config: dict[str, Any], source: Path) -> None:
+    """Refuse an ``adapter.json`` config whose fields have the wrong JSON types, naming the first such field."""
+    hints = typing.get_type_hints(config_class)
+    for name, value in config.items():
+        if name in hints and _type_problem(hints[name], value):
+            raise AdapterError(f"{source}: config field {name!r} = {value!r} does not fit its type {hints[name]}")
+
+
+def _load_tensors(path: Path) -> dict[str, Any]:
+    """A safetensors file's tensors; a truncated or foreign file is an `AdapterError` naming it."""
+    try:
+        return load_file(str(path))
+    except Exception as e:  # safetensors raises its own SafetensorError (and OSError) on a damaged file
+        raise AdapterError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})") from e
 
 
 def load_adapter(directory: str | Path, **kwargs: Any) -> BackboneAdapter:
@@ -131,16 +179,20 @@ def read_export(cls: type[BackboneAdapter], directory: str | Path, **kwargs: Any
     meta = read_adapter_json(directory)
     if meta["route"] != cls.route:
         raise AdapterError(f"{directory} holds an adapter of route {meta['route']!r}, not {cls.route!r} ({cls.__name__})")
+    _check_config_types(cls.config_class, meta["config"], directory / "adapter.json")
     try:
         config = cls.config_class(**meta["config"])
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise AdapterError(f"{directory / 'adapter.json'}: config does not match {cls.config_class.__name__}: {e}") from e
     camera_path = directory / "camera.safetensors"
     if not camera_path.is_file():
         raise AdapterError(f"{camera_path} missing in adapter export {directory}")
     kwargs.pop("lora", None)  # the export decides: adapter.json["lora"]
     adapter = cls.from_export(directory, config, **kwargs)
-    adapter.load_camera_state_dict(load_file(str(camera_path)))
+    try:
+        adapter.load_camera_state_dict(_load_tensors(camera_path))
+    except RuntimeError as e:  # shapes or keys of another configuration
+        raise AdapterError(f"{camera_path} does not fit the adapter of {directory / 'adapter.json'}: {e}") from e
     if meta.get("lora") is not None:
         adapter.enable_lora(meta["lora"])
         try:
@@ -152,5 +204,5 @@ def read_export(cls: type[BackboneAdapter], directory: str | Path, **kwargs: Any
         if not delta_path.is_file():
             raise AdapterError(f"{delta_path} missing: adapter.json names a flow map (flow_map_gate)")
         adapter.enable_flow_map(meta["flow_map_gate"])
-        adapter.delta_embedding.load_state_dict(load_file(str(delta_path)))
+        adapter.delta_embedding.load_state_dict(_load_tensors(delta_path))
     return adapter

@@ -14,6 +14,7 @@ line lets it propagate with its traceback. Anything else is a bug and keeps its 
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import json
@@ -62,6 +63,8 @@ def parse_size(size: str) -> tuple[int, int]:
         w, h = (int(v) for v in size.lower().split("x"))
     except ValueError:
         raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 64x64), got {size!r}") from None
+    if w < 1 or h < 1:
+        raise ValueError(f"size must be at least 1x1 pixels, got {size!r}")
     return w, h
 
 
@@ -134,7 +137,8 @@ def group_main(group: str, argv: Sequence[str]) -> int:
     if (group, verb) == ("data", "inspect") and rest and not rest[0].startswith("-"):
         rest = ["--path", rest[0]] + rest[1:]  # `inspect PATH` reads naturally as a positional
     fn = _load(verbs[verb][0])
-    result = CLI(fn, args=_normalise_args(fn, rest), prog=f"solarwm {group} {verb}")
+    # exit_on_error=False: a parse error raises (one line from `main`) instead of printing the usage.
+    result = CLI(fn, args=_normalise_args(fn, rest), prog=f"solarwm {group} {verb}", exit_on_error=False)
     return int(result or 0)
 
 
@@ -142,11 +146,12 @@ def is_expected_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the user's problem (reported in one line) rather than a bug (traceback).
 
     Expected: `OSError` (missing or unreadable files), `ValueError` (bad values, corrupt input;
-    most project errors derive from it) and every error class defined in the ``solarwm``
+    most project errors derive from it), `argparse.ArgumentError` (a bad option, raised by the
+    jsonargparse parsers built with ``exit_on_error=False``) and every error class defined in the ``solarwm``
     packages, found by module name so that checking never imports torch for the ones in
     backbones/kernels/stages (e.g. `AdapterError`, a `RuntimeError`).
     """
-    if isinstance(exc, (OSError, ValueError)):
+    if isinstance(exc, (OSError, ValueError, argparse.ArgumentError)):
         return True
     return any(cls.__module__.split(".")[0] == "solarwm" for cls in type(exc).__mro__)
 
@@ -157,6 +162,18 @@ def concise_message(exc: BaseException) -> str:
     message = " ".join(str(exc).split()) or type(exc).__name__
     inner = re.search(r"Errors: - (.*?) - Expected a <class 'NoneType'>", message)
     return inner.group(1) if inner else message
+
+
+def error_line(command: str, error: BaseException | str) -> str:
+    """The one-line form of an expected error: ``solarwm <command>: error: <message>`` (``command`` e.g. ``data select``)."""
+    message = concise_message(error) if isinstance(error, BaseException) else " ".join(error.split())
+    return f"solarwm {command}: error: {message}"
+
+
+def print_error(command: str, error: BaseException | str) -> int:
+    """Print `error_line` on stderr and return the exit status 2, for verbs that report an error themselves."""
+    print(error_line(command, error), file=sys.stderr)
+    return 2
 
 
 def _dispatch(argv: list[str]) -> int:
@@ -182,9 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if debug or not is_expected_error(e):
             raise
-        message = concise_message(e)
-        print(f"solarwm {command}: error: {message}", file=sys.stderr)
-        return 2
+        return print_error(command, e)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,14 @@ from ``--config``) or an exported adapter folder (``--adapter``)::
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import shutil
 import sys
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -34,6 +37,12 @@ class SolarCLI(LightningCLI):
     """LightningCLI with the recipe conventions: subclass mode for model and data, strict YAML."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        with warnings.catch_warnings():
+            # `solarwm` passes its own argv on purpose; the warning would break the one-line error form.
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+            self._init(args, run)
+
+    def _init(self, args: list[str] | None, run: bool) -> None:
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
@@ -43,8 +52,9 @@ class SolarCLI(LightningCLI):
             run=run,
             # A re-run into the same log folder rewrites its config.yaml instead of refusing.
             save_config_kwargs={"overwrite": True},
-            # No environment variables may change a recipe behind the YAML's back.
-            parser_kwargs={"default_env": False},
+            # No environment variables may change a recipe behind the YAML's back; a parse error
+            # raises (one line from `solarwm.cli.main`) instead of printing the whole usage.
+            parser_kwargs={"default_env": False, "exit_on_error": False},
             auto_configure_optimizers=False,
         )
 
@@ -55,9 +65,49 @@ class SolarCLI(LightningCLI):
         ``solarwm test --config R --ckpt_path C --model.init_args.sample_steps 4`` silently tested with
         the steps saved in C (Lightning-AI/pytorch-lightning#21455 is the open upstream fix).
         """
+        self._check_ckpt_path()
         if self.config.get("subcommand") and self.config[self.config.subcommand].get("config"):
             return
         super()._parse_ckpt_path()
+
+
+    def _check_ckpt_path(self) -> None:
+        """Refuse a missing or unreadable ``--ckpt_path`` before anything (a log folder) is made."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if isinstance(ckpt_path, str) and ckpt_path not in SPECIAL_CKPT_PATHS and not (
+            ckpt_path.startswith("registry") or "://" in ckpt_path
+        ):
+            from solarwm.stages.checkpoints import read_checkpoint
+
+            read_checkpoint(ckpt_path, mmap=True)
+
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        """The trainer method's arguments, with ``weights_only=True`` for a resume unless the user asked otherwise."""
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if "weights_only" in self._subcommand_method_arguments[subcommand] and kwargs.get("weights_only") is None:
+            kwargs["weights_only"] = True  # checkpoints hold tensors and plain containers only
+        return kwargs
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run it; a run that fails before its first step leaves no new log folder behind."""
+        logger = self.trainer.logger
+        log_dir = Path(logger.log_dir) if logger is not None and getattr(logger, "log_dir", None) else None
+        fresh = log_dir is not None and not log_dir.exists()
+        try:
+            super()._run_subcommand(subcommand)
+        except Exception:
+            if fresh and self.trainer.global_step == 0 and log_dir.is_dir():
+                shutil.rmtree(log_dir, ignore_errors=True)
+            raise
+
+
+#: ``--ckpt_path`` values Lightning resolves itself (not files).
+SPECIAL_CKPT_PATHS = ("last", "best", "hpc")
+
+
+class TrainerConfigError(ValueError):
+    """Lightning refused the trainer configuration (e.g. ``--trainer.max_steps -5``); the message says why."""
 
 
 class _ParseOnlyCLI(SolarCLI):
@@ -221,6 +271,9 @@ def predict(
     from solarwm.camera.trajectory import load_trajectory
     from solarwm.datamodules.clips import fit_intrinsics, resize_crop
 
+    for name, value in (("num_frames", num_frames), ("width", width), ("height", height), ("num_steps", num_steps)):
+        if value is not None and value < 1:  # refused here: 0 would otherwise mean "the default" below
+            raise ValueError(f"predict: --{name} must be >= 1, got {value}")
     if (checkpoint is None) == (adapter is None):
         raise ValueError("predict: give exactly one of --checkpoint (with --config) or --adapter")
     if checkpoint is not None and config is None:
@@ -275,13 +328,27 @@ def predict(
     return 0
 
 
+@contextlib.contextmanager
+def _output_folder(out: Path) -> Iterator[None]:
+    """A failed or refused run removes the folders above ``out`` that it made (when they are still empty)."""
+    made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+
+
 def predict_parser() -> "ArgumentParser":
     """The ``solarwm predict`` parser: `predict`'s typed signature, ``--config`` being the recipe."""
     from jsonargparse import ArgumentParser
 
     # Not jsonargparse.auto_cli: it reserves --config for its own config file, and here
     # --config is the training recipe the checkpoint belongs to.
-    parser = ArgumentParser(prog="solarwm predict", description=predict.__doc__.splitlines()[0], default_env=False)
+    parser = ArgumentParser(prog="solarwm predict", description=predict.__doc__.splitlines()[0], default_env=False,
+                            exit_on_error=False)
     parser.add_function_arguments(predict, as_positional=False)
     return parser
 
@@ -290,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point for ``solarwm fit|validate|test|predict ...`` (``argv`` without the program name)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "predict":
-        return predict(**predict_parser().parse_args(argv[1:]).as_dict())
-    SolarCLI(args=argv)
+        kwargs = predict_parser().parse_args(argv[1:]).as_dict()
+        with _output_folder(Path(kwargs["output"])):
+            return predict(**kwargs)
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        SolarCLI(args=argv)
+    except MisconfigurationException as e:  # Lightning's bad-configuration error, made one of ours
+        raise TrainerConfigError(str(e)) from e
     return 0

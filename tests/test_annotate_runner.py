@@ -122,5 +122,6 @@ def test_process_pool_matches_in_process(corpus: Path, tmp_path: Path) -> None:
 
 def test_bad_configuration_returns_error_code(corpus: Path, capsys: pytest.CaptureFixture) -> None:
     assert annotate_command(str(corpus), stages=["vlm"]) == 2
-    assert "endpoint" in json.loads(capsys.readouterr().out)["error"]
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("solarwm data annotate: error: ") and "endpoint" in captured.err
     assert annotate_command(str(corpus / "missing")) == 2

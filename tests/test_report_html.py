@@ -59,5 +59,5 @@ def test_report_from_release_matches_corpus(corpus: Path, tmp_path: Path, capsys
 
 
 def test_report_needs_exactly_one_source(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match="exactly one of --corpus or --release"):
         report_command(str(tmp_path / "x"))

@@ -54,11 +54,12 @@ def _recipe(tmp_path: Path, edit) -> str:
 )
 def test_bad_recipe_fails_before_building(tmp_path, capsys, built, edit, key) -> None:
     """jsonargparse rejects the YAML, naming the key, before any model or corpus exists."""
+    from solarwm.cli import main as cli_main
+
     config = _recipe(tmp_path, edit)
-    with pytest.raises(SystemExit) as exc:
-        main(["fit", "--config", config])
-    assert exc.value.code != 0
-    assert key in capsys.readouterr().err
+    assert cli_main(["fit", "--config", config]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("solarwm fit: error: ") and key in err, err
     assert built == []
     assert not (tmp_path / "corpus").exists()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -44,6 +45,10 @@ class Trajectory:
             raise ValueError(f"trajectory c2w must be [N,4,4], got {list(self.c2w.shape)}")
         if self.K.shape != (len(self.c2w), 4):
             raise ValueError(f"trajectory K must be [N,4] with N={len(self.c2w)}, got {list(self.K.shape)}")
+        if not (math.isfinite(self.fps) and self.fps > 0):
+            raise ValueError(f"trajectory fps must be a finite number > 0, got {self.fps}")
+        if not (self.width >= 1 and self.height >= 1):
+            raise ValueError(f"trajectory image size must be at least 1x1 pixels, got {self.width}x{self.height}")
 
     def __len__(self) -> int:
         return len(self.c2w)
@@ -224,14 +229,19 @@ def load_trajectory(path: str | Path) -> Trajectory:
     try:
         if path.suffix == ".json":
             doc = json.loads(path.read_text())
+            if not isinstance(doc, dict):
+                raise ValueError(f"the top level is a JSON {type(doc).__name__}, expected an object")
             if doc.get("format") != TRAJECTORY_FORMAT:
                 raise ValueError(f"format is {doc.get('format')!r}, expected {TRAJECTORY_FORMAT!r}")
             traj = Trajectory(np.array(doc["c2w"], dtype=np.float64), np.array(doc["K"], dtype=np.float64),
                               float(doc["fps"]), int(doc["width"]), int(doc["height"]))
         elif path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as z:
-                w, h = (int(v) for v in z["image_size"])
-                traj = Trajectory(z["c2w"], z["K"], float(z["fps"]), w, h)
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    w, h = (int(v) for v in z["image_size"])
+                    traj = Trajectory(z["c2w"], z["K"], float(z["fps"]), w, h)
+            except (zipfile.BadZipFile, EOFError) as e:  # truncated or empty: not an npz archive
+                raise ValueError(f"not a readable .npz archive ({type(e).__name__}: {e})") from e
         else:
             raise ValueError("trajectory files are .json or .npz")
     except (KeyError, ValueError, TypeError, json.JSONDecodeError) as e:

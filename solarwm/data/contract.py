@@ -203,7 +203,37 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
         raise ClipError(str(folder), "meta", f"meta.json is not valid JSON: {e}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise ClipError(str(folder), "meta", f"meta.json schema is not {SCHEMA!r}")
+    problem = _structure_problem(doc)
+    if problem:
+        raise ClipError(str(folder), "meta", f"meta.json {problem}")
     return doc
+
+
+def _structure_problem(doc: dict[str, Any]) -> str | None:
+    """What makes a parsed ``meta.json`` unusable by the verbs (wrong container types), or ``None``.
+
+    Only the containers every verb walks are checked; the values inside ``metrics`` (and a mistyped
+    caption) are the policy's to reject, per clip, by name.
+    """
+    if not isinstance(doc.get("clip_id"), str):
+        return f"`clip_id` must be a string, got {type(doc.get('clip_id')).__name__}"
+    for key, required in (("meta", True), ("provenance", True), ("metrics", False)):
+        if required and key not in doc:
+            return f"has no `{key}` object"
+        if key in doc and not isinstance(doc[key], dict):
+            return f"`{key}` must be an object, got {type(doc[key]).__name__}"
+    if doc.get("selection") is not None and not isinstance(doc["selection"], dict):
+        return f"`selection` must be an object, got {type(doc['selection']).__name__}"
+    prov = doc["provenance"]
+    if "owner" in prov and not isinstance(prov["owner"], str):
+        return f"`provenance.owner` must be a string, got {type(prov['owner']).__name__}"
+    stages = prov.get("stages", {})
+    if not isinstance(stages, dict):
+        return f"`provenance.stages` must be an object, got {type(stages).__name__}"
+    for name, record in stages.items():
+        if not isinstance(record, dict):
+            return f"`provenance.stages.{name}` must be an object, got {type(record).__name__}"
+    return None
 
 
 def update_meta(folder: str | Path, fn: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

@@ -291,20 +291,19 @@ def derive_command(
         lora: the Clean Plate IC-LoRA .safetensors (default: *clean*plate*.safetensors in weights).
         device: torch device.
     """
+    from solarwm.cli import print_error
+
     if transform != "clean-plate":
-        print(f"derive: unknown transform {transform!r}; known: clean-plate", file=sys.stderr)
-        return 2
+        return print_error("data derive", f"unknown transform {transform!r}; known: clean-plate")
     if weights is None:
         weights = os.environ.get("SOLARWM_CLEAN_PLATE_WEIGHTS")
     if not weights:
-        print("derive: clean_plate_unavailable: pass --weights DIR (a local diffusers LTX-2.3 folder)", file=sys.stderr)
-        return 2
+        return print_error("data derive", "clean_plate_unavailable: pass --weights DIR (a local diffusers LTX-2.3 folder)")
     try:
         model = CleanPlate.from_local(weights, lora, device)
         summary = derive_corpus(corpus, out, model)
     except (DeriveError, FileNotFoundError) as e:
-        print(f"derive: {e}", file=sys.stderr)
-        return 2
+        return print_error("data derive", e)
     print(summary["line"], file=sys.stderr)
     print(json.dumps(summary, indent=1))
     return 0

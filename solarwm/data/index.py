@@ -17,6 +17,7 @@ import io
 import json
 import os
 import tarfile
+import zlib
 from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
@@ -41,6 +42,10 @@ class IndexValidationError(ValueError):
         super().__init__(f"{where}line {line} (sample_id={sample_id!r}): {check}: {detail}")
 
 
+class IndexFileError(ValueError):
+    """An index file cannot be read as text lines at all (a truncated or corrupt gzip, not UTF-8)."""
+
+
 def _open_text(path: Path) -> io.TextIOBase:
     """Open an index for reading, gzipped or not (decided by the magic bytes, not the name)."""
     with open(path, "rb") as fh:
@@ -48,6 +53,15 @@ def _open_text(path: Path) -> io.TextIOBase:
     if magic == b"\x1f\x8b":
         return gzip.open(path, "rt", encoding="utf-8")
     return open(path, encoding="utf-8")
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The text lines of an index; a corrupt file raises `IndexFileError` naming it, wherever the damage is."""
+    try:
+        with _open_text(path) as fh:
+            yield from fh
+    except (EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+        raise IndexFileError(f"{path}: not a readable index ({type(exc).__name__}: {exc})") from None
 
 
 def write_rows(path: str | Path, rows: list[dict]) -> Path:
@@ -64,8 +78,10 @@ def write_rows(path: str | Path, rows: list[dict]) -> Path:
 
 def read_rows(path: str | Path) -> list[dict]:
     """Parse an index's rows without validating them (for writers; consumers use read_index)."""
-    with _open_text(Path(path)) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    try:
+        return [json.loads(line) for line in _lines(Path(path)) if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise IndexFileError(f"{path}: a line is not valid JSON ({exc})") from None
 
 
 def _safe_relative(value: Any) -> str | None:
@@ -210,16 +226,15 @@ def _row_failures(row: Any, root: Path, seen: set[str], reader: ShardReader) -> 
 def _iter_checked(path: Path, root: Path, reader: ShardReader) -> Iterator[tuple[int, Any, list[tuple[str, str]]]]:
     """Yield (line number, row, failures) for every non-blank line of an index."""
     seen: set[str] = set()
-    with _open_text(path) as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield number, None, [("json", f"not valid JSON: {exc}")]
-                continue
-            yield number, row, list(_row_failures(row, root, seen, reader))
+    for number, line in enumerate(_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield number, None, [("json", f"not valid JSON: {exc}")]
+            continue
+        yield number, row, list(_row_failures(row, root, seen, reader))
 
 
 def _sample_id(row: Any) -> str | None:

@@ -45,7 +45,7 @@ def inspect_command(path: str | None = None, index: str | None = None, root: str
 
         return inspect_index_command(index=index, root=root or str(Path(index).parent))
     if path is None:
-        raise SystemExit("solarwm data inspect: give a clip/corpus PATH or --index FILE --root ROOT")
+        raise ValueError("give a clip/corpus PATH or --index FILE --root ROOT")
     summary = inspect_corpus(path)
     print(json.dumps(summary, indent=1))
     return 0 if not summary["failed"] else 1

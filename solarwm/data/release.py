@@ -36,7 +36,7 @@ import numpy as np
 from webdataset import TarWriter
 
 from solarwm.data.accounting import account, outcome
-from solarwm.data.contract import iter_clip_dirs, read_clip, read_meta
+from solarwm.data.contract import ClipError, iter_clip_dirs, read_clip, read_meta
 from solarwm.data.executor import map_tasks
 from solarwm.data.index import read_rows, write_rows
 
@@ -255,8 +255,14 @@ def _plan(corpus: Path) -> tuple[dict[tuple[str, str], list[tuple[Path, dict, st
     outcomes: Counter = Counter()
     keys: dict[str, str] = {}
     for clip_dir in iter_clip_dirs(corpus):
-        meta = read_meta(clip_dir)
-        owner = meta["provenance"]["owner"]
+        try:
+            meta = read_meta(clip_dir)
+        except ClipError as e:  # counted as failed, as every other verb (and the accounting) does
+            outcomes[("unknown", "failed")] += 1
+            not_packed.append({"clip_id": clip_dir.name, "owner": "unknown", "outcome": "failed", "num_frames": None,
+                               "error": str(e)})
+            continue
+        owner = meta["provenance"].get("owner", "unknown")
         result = outcome(meta)
         outcomes[(owner, result)] += 1
         if result not in _PACKED_OUTCOMES:

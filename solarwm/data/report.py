@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from solarwm.data.accounting import account, outcome  # noqa: E402
-from solarwm.data.contract import iter_clip_dirs, read_meta  # noqa: E402
+from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta  # noqa: E402
 from solarwm.data.index import read_index, read_member  # noqa: E402
 from solarwm.data.policy.spec import COLUMNS, NUMBER, Policy, load_policy  # noqa: E402
 from solarwm.data.policy.table import flatten_meta  # noqa: E402
@@ -47,11 +47,16 @@ def _corpus_records(corpus: Path) -> tuple[list[dict], str]:
     """One record per clip of a corpus: owner, outcome, num_frames, reasons, flat metrics."""
     records = []
     for folder in iter_clip_dirs(corpus):
-        meta = read_meta(folder)
+        try:
+            meta = read_meta(folder)
+        except ClipError:  # an unreadable clip is a failed one, as in the accounting
+            records.append({"owner": "unknown", "outcome": "failed", "reasons": [], "flat": {}})
+            continue
+        reasons = (meta.get("selection") or {}).get("reasons")
         records.append({
-            "owner": meta.get("provenance", {}).get("owner", "unknown"),
+            "owner": meta["provenance"].get("owner", "unknown"),
             "outcome": outcome(meta),
-            "reasons": list((meta.get("selection") or {}).get("reasons", [])),
+            "reasons": list(reasons) if isinstance(reasons, list) else [],
             "flat": flatten_meta(meta),
         })
     return records, account(corpus).line()
@@ -232,7 +237,7 @@ def report_command(out: str, corpus: str | None = None, release: str | None = No
         policy: selection policy YAML whose thresholds are drawn on the metric distributions.
     """
     if (corpus is None) == (release is None):
-        raise SystemExit("solarwm data report: give exactly one of --corpus or --release")
+        raise ValueError("give exactly one of --corpus or --release")
     source = Path(corpus or release)
     records, accounting_line = _corpus_records(source) if corpus else _release_records(source)
     pol = load_policy(policy) if policy and Path(policy).exists() else None

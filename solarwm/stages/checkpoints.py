@@ -24,15 +24,21 @@ class StageCheckpointError(ValueError):
     """A checkpoint or export is missing, unreadable, or of another stage or route; the message names it."""
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A Lightning checkpoint as a dict (``state_dict``, ``callbacks``, ``solarwm`` stage tag)."""
+def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
+    """A Lightning checkpoint as a dict (``state_dict``, ``callbacks``, ``solarwm`` stage tag).
+
+    ``mmap`` maps the tensors instead of reading them: a cheap check of a large checkpoint before a run.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # a truncated or foreign file: name it, whatever torch raised
-        raise StageCheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
+        if mmap:  # only zip-format files can be mapped; an old-format one is read in full instead
+            return read_checkpoint(path)
+        reason = str(e).split(". ")[0]  # torch's first sentence; its advice (weights_only=False) is not ours
+        raise StageCheckpointError(f"{path}: not a readable checkpoint ({type(e).__name__}: {reason})") from e
     if not isinstance(state, dict) or "state_dict" not in state:
         raise StageCheckpointError(f"{path}: not a Lightning checkpoint (no state_dict)")
     return state

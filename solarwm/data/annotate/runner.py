@@ -201,8 +201,9 @@ def annotate_command(
     try:
         results = run_annotate(corpus, chosen, config, workers, executor, ray_address)
     except (AnnotateConfigError, FileNotFoundError) as e:
-        print(json.dumps({"command": "annotate", "error": str(e)}))
-        return 2
+        from solarwm.cli import print_error
+
+        return print_error("data annotate", e)
     summary = summarize(corpus, chosen, results)
     print(summary["accounting"]["line"], file=sys.stderr)
     print(json.dumps(summary, indent=1))

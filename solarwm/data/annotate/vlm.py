@@ -13,9 +13,12 @@ only in the ``Authorization`` header: it is never written to metadata, logs or e
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import math
 import os
+import re
+import urllib.parse
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -174,12 +177,43 @@ def to_record(obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return obj["dense_caption"].strip(), metrics
 
 
+_BEARER = re.compile(r"(?i)(bearer|basic)\s+[^\s\"',;]+")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s\"']*@")
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:api[_-]?key|key|token|access[_-]?token|auth|password|secret)=)[^&#\s\"']*")
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with credentials replaced by ``<redacted>``: the given secret values, ``Bearer``/``Basic``
+    tokens, URL user:password parts and key-like query parameters; for every error that is stored or printed."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+            quoted = urllib.parse.quote(secret, safe="")
+            if quoted != secret:
+                text = text.replace(quoted, "<redacted>")
+    text = _BEARER.sub(lambda m: f"{m.group(1)} <redacted>", text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}<redacted>@", text)
+    return _SECRET_QUERY.sub(lambda m: f"{m.group(1)}<redacted>", text)
+
+
 class ChatClient:
-    """Minimal OpenAI-compatible ``POST {endpoint}/chat/completions`` client on ``urllib``."""
+    """Minimal OpenAI-compatible ``POST {endpoint}/chat/completions`` client on ``urllib``.
+
+    Every error it raises is passed through `redact` (the key, and the credentials an endpoint URL may
+    carry): a server that echoes the request headers must not put the key into meta.json or the summary.
+    """
 
     def __init__(self, config: VLMConfig):
         self.config = config
         self.url = config.endpoint.rstrip("/") + "/chat/completions"
+        parts = urllib.parse.urlsplit(self.url)
+        self._url_secrets = tuple(v for v in (parts.username, parts.password) if v)
+        self.shown_url = redact(self.url, self._url_secrets)  # the URL as errors name it
+
+    def _error(self, message: str) -> RuntimeError:
+        """A ``vlm.http`` error with every credential removed."""
+        key = os.environ.get(self.config.api_key_env) or ""
+        return RuntimeError(redact(message, (key, *self._url_secrets)))
 
     def complete(self, messages: list[dict[str, Any]]) -> str:
         """Send one request and return ``choices[0].message.content``."""
@@ -194,15 +228,15 @@ class ChatClient:
                 payload = json.loads(resp.read())
         except urllib.error.HTTPError as e:
             detail = e.read(500).decode(errors="replace")
-            raise RuntimeError(f"vlm.http: {self.url} returned HTTP {e.code}: {detail}") from None
-        except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as e:
-            raise RuntimeError(f"vlm.http: request to {self.url} failed: {e}") from None
+            raise self._error(f"vlm.http: {self.shown_url} returned HTTP {e.code}: {detail}") from None
+        except (OSError, http.client.HTTPException, ValueError) as e:  # URLError, timeouts, bad JSON, bad URL
+            raise self._error(f"vlm.http: request to {self.shown_url} failed: {e}") from None
         try:
             content = payload["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
-            raise RuntimeError(f"vlm.http: {self.url} reply has no choices[0].message.content") from None
+            raise self._error(f"vlm.http: {self.shown_url} reply has no choices[0].message.content") from None
         if not isinstance(content, str):
-            raise RuntimeError(f"vlm.http: {self.url} reply content is {type(content).__name__}, expected a string")
+            raise self._error(f"vlm.http: {self.shown_url} reply content is {type(content).__name__}, expected a string")
         return content
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +75,12 @@ def select_command(
         out: Tiers parquet to write (``clip_id``, ``owner``, ``tier``, ``reasons``); required with --metrics.
         policy: Policy YAML (paper Table 3).
     """
+    from solarwm.cli import print_error
+
     if (corpus is None) == (metrics is None):
-        print("error: give exactly one of --corpus DIR or --metrics TABLE.parquet", file=sys.stderr)
-        return 2
+        return print_error("data select", "give exactly one of --corpus DIR or --metrics TABLE.parquet")
     if metrics is not None and out is None:
-        print("error: --metrics needs --out TIERS.parquet", file=sys.stderr)
-        return 2
+        return print_error("data select", "--metrics needs --out TIERS.parquet")
     try:
         rules = load_policy(_resolve_policy(policy))  # validated before any clip is touched
         if corpus is not None:
@@ -94,7 +93,6 @@ def select_command(
         if out is not None:
             summary["out"] = str(write_tiers(selection.table, out))
     except (PolicyError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return print_error("data select", err)
     print(json.dumps(summary, indent=1))
     return 0

@@ -501,16 +501,24 @@ def synth_corpus(
         raise ValueError(f"motion must be one of {MOTIONS}, got {motion!r}")
     if views < 1:
         raise ValueError(f"views must be >= 1, got {views}")
+    if not (math.isfinite(fps) and fps > 0):  # checked before the output folder exists or anything renders
+        raise ValueError(f"fps must be a finite number > 0, got {fps}")
     spec = SynthSpec(frames=frames, width=width, height=height, fps=float(fps), seed=seed, motion=motion, views=views)
     defects = assign_defects(clips, bad_fraction, seed)
+    created = not Path(out).exists()
     Path(out).mkdir(parents=True, exist_ok=True)
     jobs = [(spec, i, defects.get(i), str(out)) for i in range(clips)]
     t0 = time.perf_counter()
     records = []
-    for _, outcome in map_tasks(_synth_one, jobs, executor, workers, ray_address=ray_address):
-        if isinstance(outcome, BaseException):  # rendering is deterministic code: a failure is a bug
-            raise outcome
-        records.append(outcome)
+    try:
+        for _, outcome in map_tasks(_synth_one, jobs, executor, workers, ray_address=ray_address):
+            if isinstance(outcome, BaseException):  # rendering is deterministic code: a failure is a bug
+                raise outcome
+            records.append(outcome)
+    except BaseException:
+        if created and not any(Path(out).iterdir()):  # a run that wrote nothing leaves no folder
+            Path(out).rmdir()
+        raise
     wall = time.perf_counter() - t0
     written = [r for r in records if r["status"] == "written"]
     defect_counts: dict[str, int] = {}
