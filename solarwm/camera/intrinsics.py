@@ -15,16 +15,6 @@ import numpy as np
 Array = Any
 
 
-def intrinsics_matrix(K: Array) -> np.ndarray:
-    """``[..., 4]`` (fx, fy, cx, cy) → ``[..., 3, 3]`` pinhole matrices."""
-    K = np.asarray(K, dtype=np.float64)
-    M = np.zeros(K.shape[:-1] + (3, 3))
-    M[..., 0, 0], M[..., 1, 1] = K[..., 0], K[..., 1]
-    M[..., 0, 2], M[..., 1, 2] = K[..., 2], K[..., 3]
-    M[..., 2, 2] = 1.0
-    return M
-
-
 def fov_deg(K: Array, width: float, height: float) -> tuple[np.ndarray, np.ndarray]:
     """Horizontal and vertical field of view in degrees, each ``[...]``: ``2·atan(W / 2fx)``."""
     K = np.asarray(K, dtype=np.float64)

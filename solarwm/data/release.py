@@ -155,10 +155,6 @@ def _journal_path(out: Path, owner: str, partition: str) -> Path:
     return out / "raw-wds" / owner / f"{partition}.journal.json"
 
 
-def _load_journal(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["shards"] if path.exists() else []
-
-
 def _save_journal(path: Path, owner: str, partition: str, shards: list[dict]) -> None:
     doc = {"owner": owner, "partition": partition, "shards": shards}
     _atomic_write_bytes(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
