@@ -125,3 +125,23 @@ def test_bad_configuration_returns_error_code(corpus: Path, capsys: pytest.Captu
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("solarwm data annotate: error: ") and "endpoint" in captured.err
     assert annotate_command(str(corpus / "missing")) == 2
+
+
+def test_stage_keys_are_declared_once_and_the_policy_columns_come_from_them():
+    """COLUMNS = clip columns + every stage's declared keys; a stage writing an undeclared key fails by name."""
+    import dataclasses
+
+    from solarwm.data.annotate import runner
+    from solarwm.data.annotate.stages import STAGES
+    from solarwm.data.policy.spec import CLIP_COLUMNS, COLUMNS
+
+    declared = {k: kind for stage in STAGES.values() for k, kind in stage.keys.items()}
+    assert COLUMNS == {**CLIP_COLUMNS, **declared}
+    assert {"camera.scale_cov", "metrics.flow_dis", "metrics.vlm_quality"} <= set(declared)
+
+    stage = dataclasses.replace(STAGES["saturation"], run=lambda ctx, cfg: {"metrics.saturation": "high",
+                                                                             "metrics.extra": 1.0})
+    with pytest.raises(runner.MetricError, match=r"saturation.keys: metrics.extra \(undeclared\), "
+                                                 r"metrics.saturation \(not number\)"):
+        runner._check_declared(stage, stage.run(None, None))
+    runner._check_declared(STAGES["saturation"], {"metrics.saturation": 12.5})  # declared and a number: fine

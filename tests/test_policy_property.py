@@ -117,7 +117,7 @@ def rows(draw) -> dict:
     for column in draw(st.lists(st.sampled_from(sorted(COLUMNS)), max_size=4, unique=True)):
         value = draw(st.one_of(st.just(ABSENT), st.just(None), PERTURB[COLUMNS[column]]))
         if value is ABSENT:
-            del row[column]
+            row.pop(column, None)
         else:
             row[column] = value
     return row

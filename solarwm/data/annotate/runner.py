@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from solarwm.data.accounting import account
-from solarwm.data.annotate.stages import STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, StageSkipped
+from solarwm.data.annotate.stages import STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, Stage, StageSkipped
 from solarwm.data.annotate.visual import MetricError
 from solarwm.data.annotate.vlm import VLMConfig
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
 from solarwm.data.executor import map_tasks
+from solarwm.data.kinds import value_matches
 from solarwm.threads import pinned_threads
 
 # Top-level keys a stage may write outside ``metrics``; ``caption`` also rewrites prompt.txt.
@@ -96,6 +97,7 @@ def _annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> 
         values: dict[str, Any] = {}
         try:
             values = stage.run(ctx, config)
+            _check_declared(stage, values)
             record = {"status": "ok", "version": version, "keys": sorted(values)}
         except StageSkipped as e:
             record = {"status": "skipped", "version": version, "reason": str(e)}
@@ -112,6 +114,14 @@ def _annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> 
             return result
         ctx.meta = meta
     return result
+
+
+def _check_declared(stage: Stage, values: dict[str, Any]) -> None:
+    """Raise ``MetricError`` if a stage wrote a key it does not declare, or a value of another kind."""
+    wrong = [f"{k} (undeclared)" if k not in stage.keys else f"{k} (not {stage.keys[k]})"
+             for k, v in sorted(values.items()) if k not in stage.keys or not value_matches(stage.keys[k], v)]
+    if wrong:
+        raise MetricError(f"{stage.name}.keys", ", ".join(wrong))
 
 
 def _annotate_task(task: tuple[str, list[str], AnnotateConfig]) -> ClipResult:

@@ -1,6 +1,7 @@
 """Annotation stages (paper §5.2, §5.4): each computes a few flat metric keys of one clip.
 
-A stage is a name, a version and a function ``run(ctx, config) -> {key: value}``. It either
+A stage is a name, the keys it writes with their kinds (declared once, here: the policy's column
+vocabulary is built from them), a version and a function ``run(ctx, config) -> {key: value}``. It either
 returns the keys it computed (never a placeholder: a value that could not be computed is
 left out), raises ``StageSkipped`` when it is not configured here, or raises any error, which
 the runner records as the stage's failure. The runner, not the stage, writes ``meta.json``.
@@ -19,6 +20,7 @@ from solarwm.camera.integrity import camera_integrity
 from solarwm.data.annotate import visual
 from solarwm.data.annotate.vlm import VLMConfig, caption_frames
 from solarwm.data.contract import ClipError, check_alignment, pose_units, read_clip
+from solarwm.data.kinds import BOOL, NUMBER, STR_LIST, TEXT
 from solarwm.data.video import VideoError, read_video
 
 
@@ -100,11 +102,16 @@ class ClipContext:
 
 @dataclass(frozen=True)
 class Stage:
-    """A named, versioned per-clip computation; ``version(config)`` changes whenever its output would."""
+    """A named, versioned per-clip computation; ``version(config)`` changes whenever its output would.
+
+    ``keys`` maps every key the stage may write to its kind (``solarwm.data.kinds``); the runner
+    fails a stage that writes an undeclared key or a value of the wrong kind.
+    """
 
     name: str
     run: Callable[[ClipContext, AnnotateConfig], dict[str, Any]]
     version: Callable[[AnnotateConfig], str]
+    keys: dict[str, str] = field(default_factory=dict)
 
 
 def run_camera(ctx: ClipContext, config: AnnotateConfig) -> dict[str, Any]:
@@ -198,17 +205,31 @@ def _libs(*names: str) -> str:
     return "+".join(out)
 
 
+_CAMERA_KEYS = {
+    "camera.finite": BOOL, "camera.pose_units": TEXT,  # "metric" or "relative" (up to scale)
+    **dict.fromkeys(("camera.fov_x_min", "camera.fov_x_max", "camera.fov_y_min", "camera.fov_y_max",
+                     "camera.focal_div_max", "camera.scale_cov"), NUMBER),
+}
+_VLM_KEYS = {  # Table 2's captioner: Q, R, T, E of Table 3
+    "caption": TEXT, "metrics.vlm_quality": NUMBER, "metrics.vlm_reject_flags": STR_LIST,
+    "metrics.vlm_transition_count": NUMBER, "metrics.vlm_transition_label": TEXT,
+    "metrics.vlm_entity_density": NUMBER, "metrics.vlm_scene_type": TEXT,
+}
+
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
-        Stage("camera", run_camera, lambda c: "2"),  # 2: camera.pose_units
-        Stage("saturation", run_saturation, lambda c: "1/" + _libs("opencv")),
-        Stage("vmaf", run_vmaf, lambda c: "1/" + _libs("libavfilter")),
-        Stage("cuts", run_cuts, lambda c: "1/" + _libs("scenedetect")),
+        Stage("camera", run_camera, lambda c: "2", _CAMERA_KEYS),  # 2: camera.pose_units
+        Stage("saturation", run_saturation, lambda c: "1/" + _libs("opencv"), {"metrics.saturation": NUMBER}),  # S
+        Stage("vmaf", run_vmaf, lambda c: "1/" + _libs("libavfilter"), {"metrics.vmaf": NUMBER}),  # V
+        Stage("cuts", run_cuts, lambda c: "1/" + _libs("scenedetect"), {"metrics.scene_cuts": NUMBER}),  # J
         # 2: torch/OpenCV/BLAS pinned to one thread (runner.annotate_clip); 1 varied with the worker's threads.
+        # metrics.flow_dis: DIS optical-flow magnitude, the CPU stand-in for U = metrics.unimatch.
         Stage("flow", run_flow, lambda c: "2/" + _libs("opencv")
-              + (f"/unimatch:{Path(c.unimatch_checkpoint).name}" if c.unimatch_checkpoint else "")),
-        Stage("dover", run_dover, lambda c: "1" + (f"/dover:{Path(c.dover_checkpoint).name}" if c.dover_checkpoint else "")),
-        Stage("vlm", run_vlm, lambda c: "1" + (f"/{c.vlm.model}" if c.vlm else "")),
+              + (f"/unimatch:{Path(c.unimatch_checkpoint).name}" if c.unimatch_checkpoint else ""),
+              {"metrics.flow_dis": NUMBER, "metrics.unimatch": NUMBER}),
+        Stage("dover", run_dover, lambda c: "1" + (f"/dover:{Path(c.dover_checkpoint).name}" if c.dover_checkpoint else ""),
+              {"metrics.dover_tech": NUMBER, "metrics.dover_aes": NUMBER}),  # D = their mean
+        Stage("vlm", run_vlm, lambda c: "1" + (f"/{c.vlm.model}" if c.vlm else ""), _VLM_KEYS),
     )
 }

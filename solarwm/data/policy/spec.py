@@ -18,46 +18,38 @@ from typing import Any
 
 import yaml
 
-# Column kinds. A value of the wrong kind fails the gate that reads it (fail closed).
-NUMBER = "number"  # int or float, finite; bool is not a number
-BOOL = "bool"
-TEXT = "text"
-STR_LIST = "str_list"  # list of strings
+from solarwm.data.annotate.stages import STAGES
+from solarwm.data.kinds import BOOL, NUMBER, STR_LIST, TEXT  # a value of the wrong kind fails its gate
 
 # The flat columns a policy may gate on, with their kinds. `selection` reads them from each
 # clip's meta.json (see solarwm.data.policy.table.flatten_meta) or from a metrics parquet.
-COLUMNS: dict[str, str] = {
+# Columns of the clip itself and of its lineage; every other column is a key an annotation stage
+# declares (solarwm.data.annotate.stages.STAGES), with the kind declared there.
+CLIP_COLUMNS: dict[str, str] = {
     "num_frames": NUMBER,  # N
     "width": NUMBER,
     "height": NUMBER,
-    "caption": TEXT,  # A: non-empty after stripping
-    "camera.finite": BOOL,
-    # "metric" or "relative" (up to scale). Not part of C120/C125 (Table 3 does not name it): relative
-    # poses have no camera.scale_cov, which the camera gates need; see table.pose_unit_errors.
-    "camera.pose_units": TEXT,
-    "camera.fov_x_min": NUMBER,
-    "camera.fov_x_max": NUMBER,
-    "camera.fov_y_min": NUMBER,
-    "camera.fov_y_max": NUMBER,
-    "camera.focal_div_max": NUMBER,
-    "camera.scale_cov": NUMBER,
-    "metrics.vlm_quality": NUMBER,  # Q
-    "metrics.vlm_reject_flags": STR_LIST,  # R
-    "metrics.vlm_transition_count": NUMBER,  # T
-    "metrics.vlm_entity_density": NUMBER,  # E
-    "metrics.vlm_scene_type": TEXT,
-    "metrics.dover_tech": NUMBER,  # D = mean(dover_tech, dover_aes)
-    "metrics.dover_aes": NUMBER,
-    "metrics.vmaf": NUMBER,  # V: VMAF motion
-    "metrics.unimatch": NUMBER,  # U
-    "metrics.flow_dis": NUMBER,  # DIS optical-flow magnitude (CPU stand-in for U)
-    "metrics.saturation": NUMBER,  # S
-    "metrics.scene_cuts": NUMBER,  # J
+    "caption": TEXT,  # A: non-empty after stripping (ingested, or written by the vlm stage)
     "lineage.source_tier": TEXT,  # clean owners: tier of the kept source clip
     "lineage.geometry_ok": BOOL,  # G
     "lineage.source_width": NUMBER,
     "lineage.source_height": NUMBER,
 }
+
+
+def _columns() -> dict[str, str]:
+    """CLIP_COLUMNS plus every stage's declared keys; a key declared twice must keep one kind."""
+    columns = dict(CLIP_COLUMNS)
+    for stage in STAGES.values():
+        for key, kind in stage.keys.items():
+            if columns.setdefault(key, kind) != kind:
+                raise TypeError(f"stage {stage.name!r} declares {key!r} as {kind}, elsewhere {columns[key]}")
+    return columns
+
+
+# camera.pose_units is not part of C120/C125 (Table 3 does not name it): relative poses have no
+# camera.scale_cov, which the camera gates need; see table.pose_unit_errors.
+COLUMNS: dict[str, str] = _columns()
 
 # Dataset owners of Table 3, plus the procedurally rendered worlds.
 OWNERS: tuple[str, ...] = (
