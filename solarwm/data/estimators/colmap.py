@@ -46,7 +46,7 @@ class ColmapOptions:
     refine_known_K: bool = False
     max_features: int = 4096
     # Frames are enlarged this many times before SIFT; None: 2 when K is unknown and the short side is
-    # under 240 px (focal error on a 160x120 arc 14% -> 1.5%, at ~4x the time), else 1.
+    # under 160 px (focal error on a 160x120 arc 14% -> 1.5%, at ~4x the time), else 1.
     upscale: int | None = None
     peak_threshold: float = 0.0066  # SIFT's DoG contrast threshold (COLMAP's default 0.02 / 3)
     overlap: int = 12
@@ -184,7 +184,7 @@ class ColmapEstimator:
         """The enlargement factor of this clip's frames (``ColmapOptions.upscale``)."""
         if self.opts.upscale is not None:
             return int(self.opts.upscale)
-        return 2 if focal_free and min(h, w) < 240 else 1
+        return 2 if focal_free and min(h, w) < 160 else 1
 
     # ------------------------------------------------------------------ the estimator
 

@@ -18,6 +18,7 @@ kept as a diagnostic and, above ``max_spread``, fails the clip (``EstimationErro
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,26 +67,43 @@ def weights_hash(folder: Path) -> str:
 
 
 class TransformersDepth:
-    """A ``transformers`` metric-depth model (DepthPro, Depth Anything metric) from a local folder."""
+    """A ``transformers`` metric-depth model (DepthPro, Depth Anything metric) from a local folder.
+
+    The model loads with ``AutoModelForDepthEstimation.from_pretrained(folder)``; pre- and
+    post-processing follow the folder's ``preprocessor_config.json`` in plain torch (the
+    transformers processors of these models need torchvision, which this project does not
+    install): rescale and normalise, bilinear resize to the model's size, then DepthPro's
+    ``depth · W / f`` with f from its predicted field of view and ``1 / x`` (its
+    ``post_process_depth_estimation``), or Depth Anything's metric depth resized to the frame.
+    """
 
     def __init__(self, folder: str | Path, device: str = "cpu"):
         folder = Path(folder)
-        if not (folder / "config.json").is_file():
-            raise EstimatorUnavailable("depth", f"{folder}: not a transformers model folder (no config.json)")
+        if not (folder / "config.json").is_file() or not (folder / "preprocessor_config.json").is_file():
+            raise EstimatorUnavailable("depth", f"{folder}: not a transformers model folder "
+                                                "(needs config.json and preprocessor_config.json)")
         try:
             import torch
-            from transformers import AutoImageProcessor, AutoModelForDepthEstimation
+            import transformers
+            from transformers import AutoModelForDepthEstimation
         except ImportError as e:
             raise EstimatorUnavailable("depth", f"package not importable: transformers/torch ({e})") from None
-        import transformers
-
         self.torch = torch
-        self.processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
         self.model = AutoModelForDepthEstimation.from_pretrained(folder, local_files_only=True).eval().to(device)
         cfg = self.model.config
+        if cfg.model_type not in ("depth_pro", "depth_anything"):
+            raise EstimatorUnavailable("depth", f"{folder}: model type {cfg.model_type!r}; DepthPro or Depth Anything (metric)")
         if cfg.model_type == "depth_anything" and getattr(cfg, "depth_estimation_type", "relative") != "metric":
             raise EstimatorUnavailable("depth", f"{folder}: a relative Depth Anything model; a metric one is needed")
-        self.device = device
+        pre = json.loads((folder / "preprocessor_config.json").read_text())
+        size = pre.get("size", {})
+        self.size = (int(size.get("height", size.get("shortest_edge", 518))), int(size.get("width", size.get("shortest_edge", 518))))
+        if cfg.model_type == "depth_anything":  # its ViT needs multiples of the patch size
+            self.size = tuple(max(14, int(round(v / 14)) * 14) for v in self.size)
+        self.mean = np.asarray(pre.get("image_mean", [0.5, 0.5, 0.5]), np.float32)
+        self.std = np.asarray(pre.get("image_std", [0.5, 0.5, 0.5]), np.float32)
+        self.rescale = float(pre.get("rescale_factor", 1 / 255)) if pre.get("do_rescale", True) else 1.0
+        self.device, self.kind = device, cfg.model_type
         self.name = f"transformers:{cfg.model_type}"
         self.version = f"transformers-{transformers.__version__}"
         self.predicts_fov = bool(getattr(cfg, "use_fov_model", False))
@@ -93,16 +111,27 @@ class TransformersDepth:
         self.hash = weights_hash(folder)
 
     def predict(self, frame: np.ndarray) -> DepthMap:
-        """Metric depth of ``frame`` uint8 ``[H, W, 3]``, resized to the frame by the model's post-processing."""
+        """Metric depth of ``frame`` uint8 ``[H, W, 3]`` at the frame's resolution (and DepthPro's field of view)."""
+        torch, F = self.torch, self.torch.nn.functional
         h, w = frame.shape[:2]
-        inputs = self.processor(images=frame, return_tensors="pt").to(self.device)
-        with self.torch.no_grad():
-            outputs = self.model(**inputs)
-        post = self.processor.post_process_depth_estimation(outputs, target_sizes=[(h, w)])[0]
-        depth = post["predicted_depth"].float().cpu().numpy().astype(np.float32)
-        fov = post.get("field_of_view")
-        fov_deg = float(fov) if fov is not None else None  # transformers reports it in degrees
-        return DepthMap(depth, fov_deg)
+        x = (frame.astype(np.float32) * self.rescale - self.mean) / self.std
+        x = torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)))[None].to(self.device)
+        x = F.interpolate(x, size=self.size, mode="bilinear", align_corners=False)
+        with torch.no_grad():
+            out = self.model(pixel_values=x)
+        pred = out.predicted_depth.reshape(1, 1, *out.predicted_depth.shape[-2:]).float()
+        fov_deg = None
+        if self.kind == "depth_pro":
+            fov = getattr(out, "field_of_view", None)
+            if fov is not None:  # depth_pro's output is an inverse depth in units of the focal
+                fov_deg = float(fov.reshape(-1)[0])
+                focal = 0.5 * w / np.tan(0.5 * np.radians(fov_deg))
+                pred = pred * (w / focal)
+            pred = F.interpolate(pred, size=(h, w), mode="bilinear", align_corners=False)
+            depth = 1.0 / pred.clamp(min=1e-4, max=1e4)
+        else:
+            depth = F.interpolate(pred, size=(h, w), mode="bilinear", align_corners=False)
+        return DepthMap(depth[0, 0].cpu().numpy().astype(np.float32), fov_deg)
 
     def describe(self) -> dict[str, Any]:
         """Name, version, folder and weights hash."""
