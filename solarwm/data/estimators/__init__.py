@@ -92,6 +92,8 @@ def estimator_status() -> list[dict[str, Any]]:
             rows.append({"name": name, "available": True})
         except EstimatorUnavailable as e:
             rows.append({"name": name, "available": False, "why": e.reason})
+        except Exception as e:  # e.g. a plug-in that needs its weights path to be built at all
+            rows.append({"name": name, "available": False, "why": f"cannot be built without weights: {e}"})
     return rows
 
 

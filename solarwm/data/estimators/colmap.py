@@ -48,7 +48,10 @@ class ColmapOptions:
     # Frames are enlarged this many times before SIFT; None: 2 when K is unknown and the short side is
     # under 160 px (focal error on a 160x120 arc 14% -> 1.5%, at ~4x the time), else 1.
     upscale: int | None = None
-    peak_threshold: float = 0.0066  # SIFT's DoG contrast threshold (COLMAP's default 0.02 / 3)
+    # SIFT's DoG contrast threshold, a third of COLMAP's 0.0066: small clips need the weaker
+    # features (an 81-frame 160x120 orbit broke into two models at the default).
+    peak_threshold: float = 0.002
+    max_scale_spread: float = 0.15  # metric scale: bound on the per-frame depth ratios' robust spread
     overlap: int = 12
     min_frames: int = 8
     min_points: int = 100
@@ -223,7 +226,7 @@ class ColmapEstimator:
         else:
             from solarwm.data.estimators.depth import metric_scale
 
-            scale, sdiag = metric_scale(observed, frames, self.depth)
+            scale, sdiag = metric_scale(observed, frames, self.depth, max_spread=o.max_scale_spread)
             diag["metric_scale"] = sdiag
             units = "metric"
         c2w[:, :3, 3] *= scale
