@@ -150,7 +150,7 @@ class OracleDepth:
         frames, depths = [], []
         for d in sorted(p.parent for p in self.root.rglob("depth.npy")):
             if (d / "video.mp4").is_file():
-                video = read_video(d / "video.mp4")[0]
+                video = read_video(d / "video.mp4")
                 depth = np.load(d / "depth.npy")
                 if len(video) == len(depth):
                     frames.append(np.asarray(video))
