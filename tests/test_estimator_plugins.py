@@ -1,15 +1,17 @@
-"""Weight-backed estimator plug-ins fail with a specific ``estimator_unavailable`` reason when absent here."""
+"""The official pipeline's plug-ins are listed with why they cannot run, and refuse before reading any weights."""
 
 from __future__ import annotations
 
 import pytest
 
-from solarwm.data.estimators import ESTIMATORS, EstimatorUnavailable, get_estimator
+from solarwm.cli import main
+from solarwm.data.estimators import ESTIMATORS, EstimatorUnavailable, estimator_status, get_estimator
 
 
 @pytest.mark.parametrize("name,module", [("pi3x", "pi3"), ("moge2", "moge"), ("geocalib", "geocalib"), ("vipe", "vipe")])
-def test_missing_package_names_it(name, module, tmp_path):
+def test_official_plugins_refuse_up_front_and_name_the_package(name, module, tmp_path):
     assert name in ESTIMATORS
+    (tmp_path / "model.safetensors").write_bytes(b"not weights")  # never opened
     with pytest.raises(EstimatorUnavailable) as err:
         get_estimator(name, weights=str(tmp_path))
     assert err.value.name == name and f"package not importable: {module}" in err.value.reason
@@ -21,20 +23,13 @@ def test_unknown_estimator():
     with pytest.raises(EstimatorUnavailable, match="unknown estimator; known: ") as err:
         get_estimator("colmap-gpu")
     known = str(err.value).split("known: ", 1)[1].split(", ")
-    assert {"cpu-sfm", "geocalib", "moge2", "pi3x", "vipe"} <= set(known) and known == sorted(known)
+    assert {"colmap", "geocalib", "moge2", "pi3x", "vipe"} <= set(known) and known == sorted(known)
 
 
-def test_missing_weights_are_named(tmp_path, monkeypatch):
-    import sys
-    import types
-
-    from solarwm.data.estimators import _local
-
-    monkeypatch.setitem(sys.modules, "fake_model_pkg", types.ModuleType("fake_model_pkg"))
-    assert _local.require_module("x", "fake_model_pkg", "x") is sys.modules["fake_model_pkg"]
-    with pytest.raises(EstimatorUnavailable, match="no weights path given"):
-        _local.require_weights("pi3x", None, ("model.safetensors",))
-    with pytest.raises(EstimatorUnavailable, match=r"has none of \['model.safetensors'\]"):
-        _local.require_weights("pi3x", str(tmp_path), ("model.safetensors",))
-    (tmp_path / "model.safetensors").write_bytes(b"")
-    assert _local.require_weights("pi3x", str(tmp_path), ("model.safetensors",)) == tmp_path / "model.safetensors"
+def test_list_shows_which_estimators_run(capsys):
+    rows = {r["name"]: r for r in estimator_status()}
+    assert rows["colmap"]["available"] and not rows["vipe"]["available"] and "GPU" in rows["vipe"]["why"]
+    assert main(["data", "ingest", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "estimator colmap     available (default)" in out
+    assert "estimator pi3x       unavailable: package not importable: pi3" in out

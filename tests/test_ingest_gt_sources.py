@@ -97,11 +97,12 @@ def test_sekai_game_bridge_restores_metres_and_fails_closed(tmp_path):
     bad[5, :3, 1] *= -1.0
     write_sekai_game(native, "00100100003_0000000_0000310", world, 1.0, subset="drone", extrinsic=bad)
 
-    # No metric reference estimator here: the clip fails closed, no scale is made up.
+    # The default colmap without a depth model is relative, so it is no metric reference: the clip
+    # fails closed before any SfM runs, and no scale is made up.
     first = ingest("sekai_game", native, out, spec="81f", progress=False)
     fails = _failures(out)
-    assert first["failed_reasons"] == {"estimator_unavailable": 2, "missing_pose_file": 1, "pose_improper_rotation": 1}
-    assert fails[stem].startswith("estimator_unavailable")
+    assert first["failed_reasons"] == {"metric_reference_not_metric": 2, "missing_pose_file": 1, "pose_improper_rotation": 1}
+    assert fails[stem].startswith("metric_reference_not_metric: estimator colmap returns relative")
     window_records = [read_meta(d)["provenance"] for d in iter_clip_dirs(out)
                       if read_meta(d)["provenance"]["original_id"] == stem]
     assert sorted(p["frame_interval"] for p in window_records) == [[0, 152], [152, 304]]

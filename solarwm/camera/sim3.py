@@ -93,3 +93,35 @@ def robust_umeyama(src: Any, dst: Any, keep: float = 0.8) -> Sim3Fit:
         inlier_rmse=float(np.sqrt((resid_in**2).mean())),
         p90_residual=float(np.percentile(resid_all, 90)),
     )
+
+
+def align_poses(est_c2w: Any, gt_c2w: Any) -> tuple[float, np.ndarray, np.ndarray]:
+    """Similarity taking an estimated trajectory onto the true one, using orientations and centres.
+
+    The rotation is the chordal mean of ``R_gt_i · R_est_iᵀ`` (defined even for a straight or static
+    path, where a fit of centres alone leaves the rotation about the path free); scale and
+    translation are then least squares on the centres. ``[N, 4, 4]`` c2w each → ``(s, R [3, 3], t [3])``
+    with ``gt ≈ s·R·est + t``.
+    """
+    est, gt = np.asarray(est_c2w, np.float64), np.asarray(gt_c2w, np.float64)
+    M = (gt[:, :3, :3] @ np.swapaxes(est[:, :3, :3], 1, 2)).sum(0)
+    U, _, Vt = np.linalg.svd(M)
+    R = U @ np.diag([1.0, 1.0, np.sign(np.linalg.det(U @ Vt))]) @ Vt
+    a, b = est[:, :3, 3] @ R.T, gt[:, :3, 3]
+    ac, bc = a - a.mean(0), b - b.mean(0)
+    denom = float((ac**2).sum())
+    s = float((ac * bc).sum() / denom) if denom > 1e-18 else 1.0
+    return s, R, b.mean(0) - s * a.mean(0)
+
+
+def trajectory_errors(est_c2w: Any, gt_c2w: Any) -> dict[str, float]:
+    """After ``align_poses``: worst rotation error (deg), worst camera-centre error as a fraction of the true path."""
+    est, gt = np.asarray(est_c2w, np.float64), np.asarray(gt_c2w, np.float64)
+    s, R, t = align_poses(est, gt)
+    rel = np.swapaxes(R @ est[:, :3, :3], 1, 2) @ gt[:, :3, :3]
+    cos = np.clip((np.trace(rel, axis1=1, axis2=2) - 1.0) / 2.0, -1.0, 1.0)
+    centres = s * est[:, :3, 3] @ R.T + t
+    path = float(np.linalg.norm(np.diff(gt[:, :3, 3], axis=0), axis=1).sum())
+    pos = np.linalg.norm(centres - gt[:, :3, 3], axis=1)
+    return {"rot_max_deg": float(np.degrees(np.arccos(cos)).max()), "pos_max_frac": float(pos.max() / max(path, 1e-12)),
+            "path_m": path, "scale": s}

@@ -1,10 +1,11 @@
 """Pose estimators for video-only sources: one interface, plug-ins registered by name.
 
 An estimator turns a clip's frames into camera-to-world poses and per-frame pixel intrinsics.
-Plug-ins that need weights (Pi3X, MoGe-2, VIPE, GeoCalib) load them from local paths; when a
-plug-in's package or weights are absent, ``get_estimator`` raises ``EstimatorUnavailable`` and
-the ingestor records the clip as failed with the reason ``estimator_unavailable`` — a pose is
-never made up.
+``colmap`` (pycolmap SfM on the CPU; metric with a depth model, ``estimators.depth``) runs here.
+The official pipeline's plug-ins (Pi3X, MoGe-2, GeoCalib, VIPE; ``estimators.official``) are
+listed with the reason they cannot run: building one raises ``EstimatorUnavailable`` before any
+weights are read, and the ingestor records the clip as failed with the reason
+``estimator_unavailable`` — a pose is never made up.
 """
 
 from __future__ import annotations
@@ -82,6 +83,20 @@ def get_estimator(name: str, weights: str | None = None, **options: Any) -> Pose
     return ESTIMATORS[name](weights=weights, **options)
 
 
+def estimator_status() -> list[dict[str, Any]]:
+    """Every registered estimator with ``available`` and, when it cannot run here, ``why``."""
+    rows = []
+    for name in sorted(ESTIMATORS):
+        try:
+            get_estimator(name)
+            rows.append({"name": name, "available": True})
+        except EstimatorUnavailable as e:
+            rows.append({"name": name, "available": False, "why": e.reason})
+        except Exception as e:  # e.g. a plug-in that needs its weights path to be built at all
+            rows.append({"name": name, "available": False, "why": f"cannot be built without weights: {e}"})
+    return rows
+
+
 # Plug-ins register themselves on import; importing them here makes every name known to
-# ``get_estimator``. They import their heavy dependencies (torch, model code) only when built.
-from solarwm.data.estimators import geocalib, moge2, pi3x, sfm, vipe  # noqa: E402,F401
+# ``get_estimator``. They import their heavy dependencies (pycolmap, torch) only when built.
+from solarwm.data.estimators import colmap, official  # noqa: E402,F401

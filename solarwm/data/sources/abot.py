@@ -9,8 +9,8 @@ Native layout (HF ``acvlab/ABot-World-Explorer-500h``)::
         sparse/0/cameras.txt COLMAP text, one PINHOLE camera: id PINHOLE W H fx fy cx cy
         sparse/0/images.txt  COLMAP text, one pose per frame: IMAGE_ID QW QX QY QZ TX TY TZ CAM NAME
 
-COLMAP poses are world-to-camera with Hamilton ``wxyz`` quaternions in OpenCV axes; c2w is
-their inverse. Frame numbers (``NAME.split("_")[1]``) must be contiguous. Translations have
+The COLMAP text model is read with ``pycolmap.Reconstruction`` (no hand-written reader). Its
+poses are world-to-camera with Hamilton ``wxyz`` quaternions in OpenCV axes; c2w is their inverse. Frame numbers (``NAME.split("_")[1]``) must be contiguous. Translations have
 no declared units, so each output clip gets one metric scale from the windowed bridge.
 ``action.npy`` is uint8 ``[T, 11]`` for keys ``W A S D Q E I J K L Space``, sliced with the
 video. Choice for an UNVERIFIED point: when cameras.txt's W×H differs from the mp4's size, K
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -46,36 +47,40 @@ def _member(tar: tarfile.TarFile, name: str, reason: str) -> str:
     raise SourceDefect(reason, f"annotations.tar has no {name}")
 
 
-def parse_cameras(text: str) -> tuple[int, int, np.ndarray]:
-    """COLMAP cameras.txt → (W, H, [fx, fy, cx, cy]) of its first camera, which must be PINHOLE."""
-    for line in text.splitlines():
-        if line.strip() and not line.startswith("#"):
-            tok = line.split()
-            if tok[1] != "PINHOLE" or len(tok) < 8:
-                raise SourceDefect("camera_model_unsupported", f"expected a PINHOLE camera, got {tok[1]}")
-            return int(tok[2]), int(tok[3]), np.array([float(v) for v in tok[4:8]])
-    raise SourceDefect("pose_file_invalid", "cameras.txt has no camera")
+def read_colmap_text(cameras: str, images: str) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """COLMAP cameras.txt + images.txt, read with ``pycolmap.Reconstruction`` → (W, H, [fx, fy, cx, cy],
+    qvec wxyz ``[N, 4]``, tvec ``[N, 3]``) sorted by frame number; one PINHOLE camera, contiguous frames."""
+    import pycolmap
 
-
-def parse_images(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """COLMAP images.txt → (qvec wxyz ``[N, 4]``, tvec ``[N, 3]``) sorted by image id; frames must be contiguous."""
-    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
-    rows = []
-    for ln in lines[0::2]:  # each image is a pose line followed by its (here empty) POINTS2D line
-        tok = ln.split()
-        if len(tok) >= 10:
-            rows.append((int(tok[0]), [float(v) for v in tok[1:8]], tok[9]))
-    if not rows:
+    with tempfile.TemporaryDirectory(prefix="solarwm-abot-") as tmp:
+        d = Path(tmp)
+        (d / "cameras.txt").write_text(cameras)
+        # COLMAP's reader drops the last image when its (empty) POINTS2D line is cut off at EOF.
+        (d / "images.txt").write_text(images.rstrip("\n") + "\n\n")
+        (d / "points3D.txt").write_text("")  # the annotations ship no points; pycolmap wants the file
+        rec = pycolmap.Reconstruction()
+        try:
+            rec.read_text(str(d))
+        except Exception as e:  # pycolmap raises its own error types for unparsable text
+            raise SourceDefect("pose_file_invalid", f"sparse/0 is not a readable COLMAP text model: {e}") from None
+    if not rec.cameras:
+        raise SourceDefect("pose_file_invalid", "cameras.txt has no camera")
+    cam = rec.cameras[min(rec.cameras)]
+    if cam.model_name != "PINHOLE":
+        raise SourceDefect("camera_model_unsupported", f"expected a PINHOLE camera, got {cam.model_name}")
+    if not rec.images:
         raise SourceDefect("pose_file_invalid", "images.txt has no image lines")
-    rows.sort(key=lambda r: r[0])
+    rows = sorted(rec.images.values(), key=lambda im: im.image_id)
     try:
-        numbers = [int(name.split("_")[1].split(".")[0]) for _, _, name in rows]
+        numbers = [int(im.name.split("_")[1].split(".")[0]) for im in rows]
     except (IndexError, ValueError):
-        raise SourceDefect("pose_file_invalid", f"image names must look like frame_000001.png, got {rows[0][2]}") from None
+        raise SourceDefect("pose_file_invalid", f"image names must look like frame_000001.png, got {rows[0].name}") from None
     if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
         raise SourceDefect("pose_frames_not_contiguous", "images.txt frame numbers are not contiguous")
-    qt = np.array([r[1] for r in rows])
-    return qt[:, :4], qt[:, 4:]
+    poses = [im.cam_from_world() for im in rows]
+    q = np.array([np.asarray(T.rotation.quat)[[3, 0, 1, 2]] for T in poses])  # Eigen xyzw → wxyz
+    t = np.array([np.asarray(T.translation) for T in poses])
+    return int(cam.width), int(cam.height), np.asarray(cam.params[:4], np.float64), q, t
 
 
 def parse_actions(text: str) -> tuple[np.ndarray, str | None]:
@@ -101,8 +106,7 @@ def load(root: Path, item: NativeItem) -> NativeClip:
             actions = _member(tar, "action.json", "missing_action_file")
     except tarfile.TarError as e:
         raise SourceDefect("archive_unreadable", f"annotations.tar: {e}") from None
-    cam_w, cam_h, k = parse_cameras(cams)
-    q, t = parse_images(imgs)
+    cam_w, cam_h, k, q, t = read_colmap_text(cams, imgs)
     c2w = cv.quaternion_w2c_to_c2w(q, t, "wxyz")
     K = np.tile(k, (len(c2w), 1))
     conversions = [cv.record(cv.quaternion_w2c_to_c2w, order="wxyz")]

@@ -53,7 +53,7 @@ def windowed_metric_scale(
     """
     from solarwm.data.estimators import EstimationError
 
-    # A plug-in that declares relative units (e.g. ``cpu-sfm``) is refused before it runs.
+    # A plug-in that declares relative units (e.g. ``colmap`` without a depth model) is refused before it runs.
     if getattr(estimator, "pose_units", "metric") != "metric":
         raise SourceDefect("metric_reference_not_metric",
                            f"estimator {estimator.name} returns {estimator.pose_units} poses; the bridge needs metric ones")

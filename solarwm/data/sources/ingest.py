@@ -8,8 +8,10 @@ the rest the same way for every source:
   source frame indices for video, poses, intrinsics and actions; never upsampled;
 * **pose path** — metric ground truth is kept; ground truth in unknown units gets one metric
   scale per clip from the windowed bridge (`bridge.py`) with a metric reference estimator;
-  video-only sources call an estimator (default ``vipe``, the official pipeline's). Without a
-  usable estimator the clip fails with ``estimator_unavailable`` — never a made-up pose;
+  video-only sources call an estimator (default ``colmap``: pycolmap SfM, metric when a depth
+  model is given with ``depth_model``, else relative and then rejected by the metric camera
+  gates). Without a usable estimator the clip fails with ``estimator_unavailable`` — never a
+  made-up pose;
 * **provenance** — owner, original id, source frame interval, source fps, every conversion
   with its version, pose path and units, as explicit fields;
 * **accounting** — every native item ends as clips or as a failed clip record (a folder with
@@ -40,9 +42,10 @@ from solarwm.data.sources.bridge import windowed_metric_scale
 from solarwm.data.sources.native import NativeClip, NativeItem, Source, SourceDefect, check_lengths
 
 INGEST_VERSION = "solarwm-ingest/1"
-# The official engine's default-mode pose path is VIPE (Pi3X + MoGe-2 + VIPE SLAM); a CPU
-# structure-from-motion plug-in is registered as "cpu-sfm" (relative units).
-DEFAULT_ESTIMATOR = "vipe"
+# The official engine's default-mode pose path is VIPE (Pi3X + MoGe-2 + VIPE SLAM), which cannot
+# run here (estimators.official says why); the default is the path that runs: pycolmap SfM,
+# scaled to metres by a metric-depth model when one is given.
+DEFAULT_ESTIMATOR = "colmap"
 SOURCES = ("abot", "dl3dv", "miradata", "realcam_vid", "spatialvid", "sekai_game", "sekai_walking",
            "mind", "multicamvideo", "omniworld")
 
@@ -64,19 +67,25 @@ class IngestConfig:
     spec: str
     estimator: str = DEFAULT_ESTIMATOR
     estimator_weights: str | None = None
+    depth_model: str | None = None  # a transformers model folder, or oracle:DIR (estimators.depth)
 
 
-_ESTIMATORS: dict[tuple[str, str | None], Any] = {}
+_ESTIMATORS: dict[tuple[str, str | None, str | None], Any] = {}
 
 
 def _estimator(cfg: IngestConfig) -> Any:
     """The configured estimator, built once per process; raises ``SourceDefect('estimator_unavailable')``."""
     from solarwm.data.estimators import EstimatorUnavailable, get_estimator
 
-    key = (cfg.estimator, cfg.estimator_weights)
+    key = (cfg.estimator, cfg.estimator_weights, cfg.depth_model)
     if key not in _ESTIMATORS:
         try:
-            _ESTIMATORS[key] = get_estimator(cfg.estimator, cfg.estimator_weights)
+            options: dict[str, Any] = {}
+            if cfg.depth_model:
+                from solarwm.data.estimators.depth import get_depth_model
+
+                options["depth"] = get_depth_model(cfg.depth_model)
+            _ESTIMATORS[key] = get_estimator(cfg.estimator, cfg.estimator_weights, **options)
         except EstimatorUnavailable as e:
             _ESTIMATORS[key] = e
     found = _ESTIMATORS[key]
@@ -114,7 +123,10 @@ def _window_poses(cfg: IngestConfig, source: Source, clip: NativeClip, frames: n
         scale, diag = windowed_metric_scale(clip.c2w[idx], frames, clip.K[idx], fps, est)
         c2w = cv.scale_translation(clip.c2w[idx], scale)
         conv = cv.record(cv.scale_translation, scale=scale, method="windowed_bridge", estimator=est.name)
-        return c2w, clip.K[idx], "metric", [conv], {"metric_bridge": diag, "estimator": {"name": est.name, "version": est.version}}
+        fields = {"metric_bridge": diag, "estimator": {"name": est.name, "version": est.version}}
+        if getattr(est, "depth", None) is not None:
+            fields["depth_model"] = est.depth.describe()
+        return c2w, clip.K[idx], "metric", [conv], fields
     from solarwm.data.estimators import EstimationError
 
     try:
@@ -125,7 +137,10 @@ def _window_poses(cfg: IngestConfig, source: Source, clip: NativeClip, frames: n
     if c2w.shape != (len(frames), 4, 4) or K.shape != (len(frames), 4):
         raise SourceDefect("estimation_failed", f"{est.name} returned poses {list(c2w.shape)}, K {list(K.shape)} for {len(frames)} frames")
     info = {"name": result.estimator, "version": result.version, "diagnostics": result.diagnostics}
-    return c2w, K, result.pose_units, [], {"estimator": info}
+    fields: dict[str, Any] = {"estimator": info}
+    if "depth_model" in result.diagnostics:  # both estimators of a metric pose, side by side
+        fields["depth_model"] = result.diagnostics["depth_model"]
+    return c2w, K, result.pose_units, [], fields
 
 
 def ingest_item(cfg: IngestConfig, item: NativeItem) -> dict[str, Any]:
@@ -176,7 +191,7 @@ def _task(args: tuple[IngestConfig, NativeItem]) -> dict[str, Any]:
 def ingest(
     source: str, root: str | Path, out: str | Path, spec: str | None = None, workers: int = 1,
     executor: str = "process", estimator: str = DEFAULT_ESTIMATOR, estimator_weights: str | None = None,
-    progress: bool = True,
+    progress: bool = True, depth_model: str | None = None,
 ) -> dict[str, Any]:
     """Ingest every native item of ``source`` under ``root`` into the corpus ``out``; returns the summary."""
     src = get_source(source)
@@ -188,7 +203,7 @@ def ingest(
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: source root folder not found")
     items = src.list_items(root)
-    cfg = IngestConfig(source, str(root), str(out), spec, estimator, estimator_weights)
+    cfg = IngestConfig(source, str(root), str(out), spec, estimator, estimator_weights, depth_model)
     Path(out).mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     tasks = [(cfg, it) for it in items]
@@ -233,7 +248,7 @@ POSE_PATH_TEXT = {"gt_pose_metric": "gt_pose metric", "gt_pose_bridge": "gt_pose
 def ingest_command(
     source: str | None = None, root: str | None = None, out: str | None = None, spec: str | None = None,
     workers: int = 1, executor: str = "process", estimator: str = DEFAULT_ESTIMATOR,
-    estimator_weights: str | None = None, list: bool = False,
+    estimator_weights: str | None = None, depth_model: str | None = None, list: bool = False,
 ) -> int:
     """Ingest a source dataset from its native layout into canonical clips (``--list``: the sources).
 
@@ -244,18 +259,30 @@ def ingest_command(
         spec: 81f, 160f or 960f (16 fps); default per source (see --list).
         workers: worker processes; 1 runs in-process.
         executor: task executor of solarwm.data.executor (process, ...).
-        estimator: pose estimator for video-only sources and the metric reference of the bridge.
+        estimator: pose estimator for video-only sources and the metric reference of the bridge (see --list).
         estimator_weights: local weights path for the estimator.
-        list: print every source with its owner(s) and pose path, then exit.
+        depth_model: metric-depth model that scales colmap's poses to metres: a local transformers folder
+            (DepthPro, Depth Anything metric) or oracle:DIR (true depth of a `data synth --depth` corpus).
+            Without it video-only clips are relative (rejected by the metric camera gates) and the
+            abot/sekai_game bridge has no metric reference.
+        list: print every source with its owner(s) and pose path, and every estimator, then exit.
     """
     if list:
+        from solarwm.data.estimators import estimator_status
+
         for row in list_sources():
             print(f"{row['source']:<14} owners {','.join(row['owners']):<22} {POSE_PATH_TEXT[row['pose_path']]:<38} "
                   f"default --spec {row['default_spec']}")
+        print()
+        for row in estimator_status():
+            default = " (default)" if row["name"] == DEFAULT_ESTIMATOR else ""
+            state = "available" if row["available"] else f"unavailable: {row['why']}"
+            print(f"estimator {row['name']:<10} {state}{default}")
         return 0
     if not (source and root and out):
         raise ValueError("--source, --root and --out are required (or --list)")
-    summary = ingest(source, root, out, spec, workers, executor, estimator, estimator_weights)
+    summary = ingest(source, root, out, spec, workers, executor, estimator, estimator_weights,
+                     depth_model=depth_model)
     print(f"{summary['owner']}: {summary['items']} items; clips written {summary['clips']['written']}, "
           f"skipped {summary['clips']['skipped']}, failed {summary['clips']['failed']}", file=sys.stderr)
     print(summary["accounting"]["line"], file=sys.stderr)

@@ -321,3 +321,24 @@ def render_views(
     K = np.asarray(K, dtype=np.float64)
     pixel_angle = 1.0 / np.sqrt(K[:, 0] * K[:, 1])
     return render_rays(scene, origins, dirs, pixel_angle[:, None, None])
+
+
+def depth_views(scene: Scene, c2w: np.ndarray, K: np.ndarray, width: int, height: int) -> np.ndarray:
+    """True depth of N pinhole views: z along each camera's optical axis, metres, float32 ``[N, H, W]``; inf = sky.
+
+    The same rays and intersections as ``render_views`` (pixel centres at ``j + 0.5``), without shading.
+    """
+    origins, dirs = camera_rays(c2w, K, width, height)
+    n = dirs.shape[0]
+    o = origins.reshape(-1, 3)
+    d = dirs.reshape(-1, 3)
+    t = np.empty(d.shape[0], np.float32)
+    for s in range(0, d.shape[0], _CHUNK):
+        oc, dc = o[s:s + _CHUNK], d[s:s + _CHUNK]
+        t_box, _ = _intersect_boxes(oc, _safe_inverse(dc), scene.box_lo, scene.box_hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_ground = np.where((dc[:, 2] < 0) & (oc[:, 2] > 0), -oc[:, 2] / dc[:, 2], np.inf)
+        t[s:s + _CHUNK] = np.minimum(t_box, t_ground)
+    axis = np.asarray(c2w, np.float64)[:, :3, 2]  # optical axis (OpenCV +z) in world coordinates
+    cos = (dirs.reshape(n, -1, 3) * axis[:, None, :]).sum(-1)
+    return (t.reshape(n, -1) * cos).reshape(n, height, width).astype(np.float32)

@@ -26,7 +26,7 @@ import numpy as np
 from solarwm.camera import trajectory as T
 from solarwm.cli import parse_size
 from solarwm.data.executor import map_tasks
-from solarwm.data.sources.render import RENDERER_VERSION, Material, Scene, render_views
+from solarwm.data.sources.render import RENDERER_VERSION, Material, Scene, depth_views, render_views
 
 OWNER = "synthetic"
 DEFECTS = ("static_camera", "near_black", "count_mismatch", "nan_pose", "fov_out_of_range", "scene_cut")
@@ -397,8 +397,13 @@ def assign_defects(clips: int, bad_fraction: float, seed: int) -> dict[int, str]
     return {i: DEFECTS[order[j % len(DEFECTS)]] for j, i in enumerate(chosen)}
 
 
-def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[Any, dict[str, float]]:
-    """Render clip ``index`` (optionally with a deliberate ``defect``) → (Clip, timings in seconds)."""
+def build_clip(spec: SynthSpec, index: int, defect: str | None = None,
+               with_depth: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Render clip ``index`` (optionally with a deliberate ``defect``) → (Clip, extras).
+
+    Extras: ``render_s`` (seconds) and, with ``with_depth``, ``depth`` float32 ``[F, H, W]``: the true
+    z-depth of every pixel in metres (inf where the ray meets the sky).
+    """
     from solarwm.data.contract import Clip, clip_id
 
     extra = 1 if defect == "count_mismatch" else 0
@@ -418,10 +423,14 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
     render_traj = traj.slice(0, spec.frames)
     frames = render_clip(scene, render_traj)
     caption = describe_scene(scene)
+    depth = depth_views(scene, render_traj.c2w, render_traj.K, spec.width, spec.height) if with_depth else None
     if defect == "scene_cut":
         other = make_scene(np.random.default_rng([spec.seed, index, 1]), traj.c2w)
         half = spec.frames // 2
         frames[half:] = render_clip(other, render_traj.slice(half, spec.frames))
+        if depth is not None:
+            second = render_traj.slice(half, spec.frames)
+            depth[half:] = depth_views(other, second.c2w, second.K, spec.width, spec.height)
     if defect == "near_black":
         frames = (frames.astype(np.float32) * 0.03).round().astype(np.uint8)
     render_s = time.perf_counter() - t0
@@ -447,7 +456,10 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None) -> tuple[
         meta={"fps": float(spec.fps), "width": spec.width, "height": spec.height, "num_frames": spec.frames},
         provenance=provenance,
     )
-    return clip, {"render_s": render_s}
+    extras: dict[str, Any] = {"render_s": render_s}
+    if depth is not None:
+        extras["depth"] = depth
+    return clip, extras
 
 
 def _is_done(folder: Path, spec: SynthSpec, defect: str | None) -> bool:
@@ -472,17 +484,19 @@ def _is_done(folder: Path, spec: SynthSpec, defect: str | None) -> bool:
     return same and (defect is not None or not validate_clip(folder))
 
 
-def _synth_one(args: tuple[SynthSpec, int, str | None, str]) -> dict[str, Any]:
+def _synth_one(args: tuple[SynthSpec, int, str | None, str, bool]) -> dict[str, Any]:
     """Render and write one clip unless it is already there; returns a per-clip record."""
     from solarwm.data.contract import clip_id, write_clip
 
-    spec, index, defect, out = args
+    spec, index, defect, out, with_depth = args
     folder = Path(out) / clip_id(OWNER, original_id(spec.seed, index, spec.motion, spec.views), 0, spec.frames)
-    if _is_done(folder, spec, defect):
+    if _is_done(folder, spec, defect) and (not with_depth or (folder / "depth.npy").is_file()):
         return {"index": index, "status": "skipped", "defect": defect}
-    clip, timing = build_clip(spec, index, defect)
+    clip, timing = build_clip(spec, index, defect, with_depth)
     t0 = time.perf_counter()
     write_clip(clip, out, validate=defect is None)
+    if with_depth:  # a sidecar: the true depth the oracle depth model answers with (estimators.depth)
+        np.save(folder / "depth.npy", timing["depth"])
     return {"index": index, "status": "written", "defect": defect,
             "render_s": timing["render_s"], "write_s": time.perf_counter() - t0}
 
@@ -491,6 +505,7 @@ def synth_corpus(
     out: str | Path, clips: int = 16, frames: int = 33, width: int = 64, height: int = 64,
     fps: float = 16.0, seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
     executor: str = "process", ray_address: str | None = None, motion: str = "mixed", views: int = 1,
+    depth: bool = False,
 ) -> dict[str, Any]:
     """Render ``clips`` canonical clips of owner ``synthetic`` into ``out`` on ``executor``; returns a summary dict."""
     if clips < 0 or frames < 2:
@@ -507,7 +522,7 @@ def synth_corpus(
     defects = assign_defects(clips, bad_fraction, seed)
     created = not Path(out).exists()
     Path(out).mkdir(parents=True, exist_ok=True)
-    jobs = [(spec, i, defects.get(i), str(out)) for i in range(clips)]
+    jobs = [(spec, i, defects.get(i), str(out), depth) for i in range(clips)]
     t0 = time.perf_counter()
     records = []
     try:
@@ -539,6 +554,7 @@ def synth_command(
     out: str, clips: int = 16, frames: int = 33, size: str = "64x64", fps: float = 16.0,
     seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
     executor: str = "process", ray_address: str | None = None, motion: str = "mixed", views: int = 1,
+    depth: bool = False,
 ) -> int:
     """Render procedurally generated worlds with exact metric cameras as canonical clips.
 
@@ -556,9 +572,11 @@ def synth_command(
         motion: camera motion family: mixed (6-DoF walks, strafes, climbs, turns, tilts, orbits), pan (pans and tilts only, 12-35 deg/s)
             or slow_pan (3-10 deg/s).
         views: camera paths per world; the clips of one world share their first frame (multi-camera capture).
+        depth: also write each clip's true per-frame depth (depth.npy, float32 [F,H,W] metres; inf = sky), the
+            input of the oracle depth model (ingest --depth_model oracle:DIR).
     """
     width, height = parse_size(size)
     summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers, executor, ray_address,
-                           motion, views)
+                           motion, views, depth)
     print(json.dumps(summary, sort_keys=True))
     return 0

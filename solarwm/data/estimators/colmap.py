@@ -1,0 +1,314 @@
+"""``colmap``: structure from motion through pycolmap (SIFT on the CPU, sequential matching, mapping).
+
+The pipeline, on a clip window's frames uint8 ``[F, H, W, 3]``:
+
+1. The frames are written as PNGs to a temporary folder; pycolmap extracts SIFT features on the
+   CPU and matches each frame with its ``overlap`` successors (sequential matching, no loop
+   closure: a clip window is one continuous shot).
+2. The incremental mapper (``mapper="incremental"``, the default) or the global mapper
+   (``mapper="global"``) reconstructs cameras and points.
+3. Checks, each failing the clip with a named ``EstimationError``: every frame registered (a
+   missing frame is never interpolated), one model only, at least ``min_points`` points, mean
+   reprojection error at most ``max_reproj_px``, and an estimated focal inside ``fov_range_deg``.
+
+Intrinsics. A known ``K [F, 4]`` (pixels; COLMAP's pixel convention is the project's: the centre
+of column ``j`` is at ``u = j + 0.5``) is held fixed, or refined when ``refine_known_K``. An
+unknown K is one ``SIMPLE_PINHOLE`` camera for the clip (square pixels, principal point at the
+image centre) whose focal is estimated by bundle adjustment; when a depth model that predicts
+the field of view is configured, its median over a few frames seeds the focal.
+
+Scale. Without a depth model the poses are up to one global scale (``pose_units = "relative"``,
+median point depth 1). With one (``depth=``), ``solarwm.data.estimators.depth.metric_scale``
+compares the SfM depths of the points seen in sampled frames with the model's metric depth and
+rescales the trajectory to metres (``pose_units = "metric"``).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from solarwm.data.estimators import EstimationError, EstimatorUnavailable, PoseEstimate, register
+
+
+@dataclass(frozen=True)
+class ColmapOptions:
+    """Tuning of ``colmap``; the defaults were measured on rendered worlds (benchmarks/pose_estimate.py)."""
+
+    mapper: str = "incremental"  # or "global" (GLOMAP), for known, good K
+    refine_known_K: bool = False
+    max_features: int = 4096
+    # Frames are enlarged this many times before SIFT; None: 2 when K is unknown and the short side is
+    # under 160 px (focal error on a 160x120 arc 14% -> 1.5%, at ~4x the time), else 1.
+    upscale: int | None = None
+    # SIFT's DoG contrast threshold, a third of COLMAP's 0.0066: small clips need the weaker
+    # features (an 81-frame 160x120 orbit broke into two models at the default).
+    peak_threshold: float = 0.002
+    max_scale_spread: float = 0.15  # metric scale: bound on the per-frame depth ratios' robust spread
+    overlap: int = 12
+    min_frames: int = 8
+    min_points: int = 100
+    max_reproj_px: float = 1.5
+    fov_range_deg: tuple[float, float] = (20.0, 130.0)
+    threads: int = 1
+    seed: int = 0
+
+
+def _pycolmap() -> Any:
+    try:
+        import pycolmap
+    except ImportError as e:  # declared as a dependency; a broken install is named, not hidden
+        raise EstimatorUnavailable("colmap", f"package not importable: pycolmap ({e}); pip install pycolmap") from None
+    # COLMAP logs every frame at INFO; a clip's outcome is in the estimate's diagnostics instead.
+    pycolmap.logging.minloglevel = max(int(pycolmap.logging.minloglevel), 2)
+    return pycolmap
+
+
+def _w2c_matrix(rigid: Any) -> np.ndarray:
+    """A pycolmap ``Rigid3d`` (cam_from_world) → 4×4 world-to-camera matrix."""
+    T = np.eye(4)
+    T[:3, :4] = np.asarray(rigid.matrix(), dtype=np.float64)
+    return T
+
+
+@dataclass
+class Observed:
+    """What the metric-scale step needs of one frame: pixels ``uv [M, 2]`` of its 3D points and their depths ``z [M]``."""
+
+    uv: np.ndarray
+    z: np.ndarray
+
+
+class ColmapEstimator:
+    """Structure from motion with pycolmap; metric when a ``DepthEstimator`` is given, else relative."""
+
+    name = "colmap"
+
+    def __init__(self, weights: str | None = None, depth: Any = None, **options: Any):
+        if weights:
+            raise EstimationError("colmap takes no weights (a depth model is given as depth=)")
+        self.pycolmap = _pycolmap()
+        self.version = f"1+pycolmap-{self.pycolmap.__version__}"
+        self.opts = ColmapOptions(**options)
+        if self.opts.mapper not in ("incremental", "global"):
+            raise ValueError(f"mapper must be incremental or global, got {self.opts.mapper!r}")
+        self.depth = depth
+        # Declared up front: the metric bridge refuses a relative reference before running it.
+        self.pose_units = "metric" if depth is not None else "relative"
+
+    # ------------------------------------------------------------------ pycolmap calls
+
+    def _reconstruct(self, frames: np.ndarray, K: np.ndarray | None, focal_seed: float | None,
+                     work: Path) -> tuple[list[Any], dict[str, Any]]:
+        """Run extraction, matching and mapping in ``work``; returns the models and timing diagnostics."""
+        p, o = self.pycolmap, self.opts
+        n, h, w = frames.shape[:3]
+        images = work / "images"
+        images.mkdir()
+        names = [f"{i:06d}.png" for i in range(n)]
+        s = self._upscale(K is None, h, w)
+        for name, f in zip(names, frames):
+            if s > 1:
+                f = cv2.resize(f, (w * s, h * s), interpolation=cv2.INTER_CUBIC)
+            cv2.imwrite(str(images / name), cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+        # Continuous pixel coordinates (centre of column j at j + 0.5) scale exactly with the image.
+        K = None if K is None else K * s
+        w, h = w * s, h * s
+        focal_seed = None if focal_seed is None else focal_seed * s
+        db_path = work / "database.db"
+        reader = p.ImageReaderOptions()
+        same_K = K is not None and bool(np.allclose(K, K[:1]))
+        if K is not None:
+            reader.camera_model = "PINHOLE"
+            reader.camera_params = ",".join(f"{v:.9g}" for v in K[0])
+        else:
+            reader.camera_model = "SIMPLE_PINHOLE"
+            if focal_seed is not None:
+                reader.camera_params = f"{focal_seed:.9g},{w / 2.0:.9g},{h / 2.0:.9g}"
+        extraction = p.FeatureExtractionOptions()
+        extraction.num_threads = o.threads
+        extraction.sift.max_num_features = o.max_features
+        extraction.sift.peak_threshold = o.peak_threshold
+        mode = p.CameraMode.PER_IMAGE if (K is not None and not same_K) else p.CameraMode.SINGLE
+        t0 = time.perf_counter()
+        p.extract_features(db_path, images, image_names=names, camera_mode=mode, reader_options=reader,
+                           extraction_options=extraction, device=p.Device.cpu)
+        with p.Database.open(db_path) as db:
+            by_name = {im.name: im for im in db.read_all_images()}
+            for i, name in enumerate(names):
+                cam = db.read_camera(by_name[name].camera_id)
+                if K is not None:
+                    cam.params = K[i]
+                    cam.has_prior_focal_length = True
+                elif focal_seed is not None:
+                    cam.has_prior_focal_length = True
+                db.update_camera(cam)
+        t1 = time.perf_counter()
+        matching = p.FeatureMatchingOptions()
+        matching.num_threads = o.threads
+        pairing = p.SequentialPairingOptions()
+        pairing.overlap = o.overlap
+        pairing.loop_detection = False
+        p.match_sequential(db_path, matching_options=matching, pairing_options=pairing, device=p.Device.cpu)
+        t2 = time.perf_counter()
+        out = work / "sparse"
+        out.mkdir()
+        refine = K is None or o.refine_known_K
+        if o.mapper == "incremental":
+            opts = p.IncrementalPipelineOptions()
+            opts.num_threads = o.threads
+            opts.random_seed = o.seed
+            opts.multiple_models = True  # several models are reported as such, not silently merged
+            opts.min_model_size = 3
+            opts.ba_refine_focal_length = refine
+            opts.ba_refine_principal_point = False
+            opts.ba_refine_extra_params = False
+            models = p.incremental_mapping(db_path, images, out, options=opts)
+        else:
+            opts = p.GlobalPipelineOptions()
+            opts.num_threads = o.threads
+            opts.random_seed = o.seed
+            opts.mapper.ba_refine_focal_length = refine
+            opts.mapper.ba_refine_principal_point = False
+            opts.mapper.ba_refine_extra_params = False
+            models = p.global_mapping(db_path, images, out, options=opts)
+        t3 = time.perf_counter()
+        timing = {"features_s": round(t1 - t0, 3), "matching_s": round(t2 - t1, 3), "mapping_s": round(t3 - t2, 3)}
+        return [models[k] for k in sorted(models)], timing
+
+    def _upscale(self, focal_free: bool, h: int, w: int) -> int:
+        """The enlargement factor of this clip's frames (``ColmapOptions.upscale``)."""
+        if self.opts.upscale is not None:
+            return int(self.opts.upscale)
+        return 2 if focal_free and min(h, w) < 160 else 1
+
+    # ------------------------------------------------------------------ the estimator
+
+    def estimate(self, frames: np.ndarray, K: np.ndarray | None, fps: float) -> PoseEstimate:
+        """Poses for every frame of ``frames`` uint8 ``[F, H, W, 3]``; ``K [F, 4]`` pixels if known, else estimated."""
+        frames = np.asarray(frames)
+        if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
+            raise EstimationError(f"frames must be uint8 [F,H,W,3], got {frames.dtype} {list(frames.shape)}")
+        n, h, w = frames.shape[:3]
+        o = self.opts
+        if n < o.min_frames:
+            raise EstimationError(f"too few frames: {n} < {o.min_frames}")
+        if K is not None:
+            K = np.asarray(K, dtype=np.float64)
+            if K.shape != (n, 4) or not np.isfinite(K).all() or (K[:, :2] <= 0).any():
+                raise EstimationError(f"K must be finite [F,4] with positive focals, got shape {list(K.shape)}")
+        diag: dict[str, Any] = {"mapper": o.mapper, "focal_source": "given" if K is not None else "estimated"}
+        focal_seed = None
+        if K is None and self.depth is not None and getattr(self.depth, "predicts_fov", False):
+            focal_seed = self._focal_from_depth_model(frames)
+            diag["focal_seed_px"] = round(focal_seed, 3)
+            diag["focal_source"] = "estimated, seeded by the depth model's field of view"
+        with tempfile.TemporaryDirectory(prefix="solarwm-colmap-") as tmp:
+            models, timing = self._reconstruct(frames, K, focal_seed, Path(tmp))
+        diag.update(timing)
+        up = self._upscale(K is None, h, w)
+        diag["upscale"] = up
+        rec = self._check(models, n, w, h, K is None, up, diag)
+        c2w, K_out, observed = self._export(rec, n, up)
+        units = "relative"
+        depths = np.concatenate([ob.z for ob in observed])
+        rel_scale = 1.0 / float(np.median(depths[depths > 0]))
+        if self.depth is None:
+            scale = rel_scale
+            diag["scale_note"] = "median point depth = 1"
+        else:
+            from solarwm.data.estimators.depth import metric_scale
+
+            scale, sdiag = metric_scale(observed, frames, self.depth, max_spread=o.max_scale_spread)
+            diag["metric_scale"] = sdiag
+            units = "metric"
+        c2w[:, :3, 3] *= scale
+        diag["options"] = asdict(o)
+        if self.depth is not None:
+            diag["depth_model"] = self.depth.describe()
+        return PoseEstimate(c2w=c2w, K=K_out, pose_units=units, estimator=self.name, version=self.version,
+                            diagnostics=diag)
+
+    def _focal_from_depth_model(self, frames: np.ndarray) -> float:
+        """The focal (pixels) implied by the depth model's median field of view on up to 3 frames."""
+        w = frames.shape[2]
+        fovs = []
+        for i in np.unique(np.linspace(0, len(frames) - 1, 3).round().astype(int)):
+            fov = self.depth.predict(frames[i]).fov_x_deg
+            if fov is not None and 1.0 < fov < 179.0:
+                fovs.append(fov)
+        if not fovs:
+            raise EstimationError("focal: the depth model predicted no usable field of view")
+        return float(w / (2.0 * math.tan(math.radians(float(np.median(fovs))) / 2.0)))
+
+    def _check(self, models: list[Any], n: int, w: int, h: int, focal_free: bool, up: int,
+               diag: dict[str, Any]) -> Any:
+        """The one model that explains every frame, or a named ``EstimationError``."""
+        o = self.opts
+        if not models:
+            raise EstimationError(f"no model: the mapper found no initial pair among {n} frames "
+                                  "(no parallax, too few features, or too few matches)")
+        sizes = [m.num_reg_images() for m in models]
+        diag["models"] = sizes
+        rec = models[int(np.argmax(sizes))]
+        registered = {int(rec.image(i).name.split(".")[0]) for i in rec.reg_image_ids()}
+        missing = sorted(set(range(n)) - registered)
+        diag["registered"] = len(registered)
+        # The mapper may also seed a small model among frames the big one already holds: only
+        # models that leave frames out of the largest one are disconnected pieces of the clip.
+        if missing and sum(s >= 3 for s in sizes) > 1:
+            raise EstimationError(f"several disconnected models: {len(sizes)} models of {sorted(sizes, reverse=True)} "
+                                  f"frames; the largest misses {len(missing)} of {n} (a scene cut or a break in the matches)")
+        if missing:
+            shown = missing if len(missing) <= 12 else missing[:12] + ["..."]
+            raise EstimationError(f"too few registered frames: {len(missing)} of {n} frames not registered {shown}")
+        points = rec.num_points3D()
+        diag["points"] = int(points)
+        if points < o.min_points:
+            raise EstimationError(f"too few points: {points} < {o.min_points}")
+        err = float(rec.compute_mean_reprojection_error()) / up  # in pixels of the input frames
+        diag["reprojection_px"] = round(err, 4)
+        diag["mean_track_length"] = round(float(rec.compute_mean_track_length()), 3)
+        if not err <= o.max_reproj_px:
+            raise EstimationError(f"reprojection error: mean {err:.3f} px > {o.max_reproj_px} px")
+        if focal_free:
+            f = float(next(iter(rec.cameras.values())).mean_focal_length()) / up
+            fov = math.degrees(2.0 * math.atan(w / (2.0 * f)))
+            diag["focal_px"], diag["fov_x_deg"] = round(f, 3), round(fov, 3)
+            lo, hi = o.fov_range_deg
+            if not lo <= fov <= hi:
+                raise EstimationError(f"focal: estimated field of view {fov:.1f} deg is outside {lo:g}-{hi:g} deg")
+        return rec
+
+    def _export(self, rec: Any, n: int, up: int) -> tuple[np.ndarray, np.ndarray, list[Observed]]:
+        """c2w ``[F, 4, 4]`` (OpenCV axes: COLMAP's own), K ``[F, 4]`` and each frame's observed points."""
+        c2w, K = np.zeros((n, 4, 4)), np.zeros((n, 4))
+        observed: list[Observed] = [Observed(np.zeros((0, 2)), np.zeros(0))] * n
+        xyz = {pid: pt.xyz for pid, pt in rec.points3D.items()}
+        for image_id in rec.reg_image_ids():
+            im = rec.image(image_id)
+            i = int(im.name.split(".")[0])
+            w2c = _w2c_matrix(im.cam_from_world())
+            c2w[i] = np.linalg.inv(w2c)
+            cam = im.camera
+            if cam.model_name == "SIMPLE_PINHOLE":
+                f, cx, cy = cam.params
+                K[i] = np.array([f, f, cx, cy]) / up
+            else:
+                K[i] = np.asarray(cam.params[:4]) / up
+            pts = [(p2.xy, xyz[p2.point3D_id]) for p2 in im.points2D if p2.has_point3D()]
+            if pts:
+                uv = np.array([a for a, _ in pts], dtype=np.float64) / up
+                X = np.array([b for _, b in pts], dtype=np.float64)
+                observed[i] = Observed(uv, X @ w2c[2, :3] + w2c[2, 3])
+        return c2w, K, observed
+
+
+register("colmap")(ColmapEstimator)
