@@ -34,8 +34,9 @@ def built(monkeypatch) -> list[str]:
 
 
 def _recipe(tmp_path: Path, edit) -> str:
-    doc = yaml.safe_load((RECIPES / "tiny_bid.yaml").read_text())
-    doc["data"]["init_args"]["corpus_dir"] = str(tmp_path / "corpus")
+    """tiny_bid.yaml as fit resolves it with every output under ``tmp_path``, then ``edit``-ed."""
+    doc = parse_recipe(str(RECIPES / "tiny_bid.yaml"), "--root", str(tmp_path)).as_dict()
+    doc.pop("config", None)
     edit(doc)
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(doc))
