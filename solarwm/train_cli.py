@@ -9,7 +9,7 @@ frame (an image file or a clip folder), a caption and a camera trajectory become
 mp4, with the weights from a Lightning checkpoint (``--checkpoint``, the model built
 from ``--config``) or an exported adapter folder (``--adapter``)::
 
-    solarwm predict --config recipes/tiny_bid.yaml --checkpoint runs/tiny_bid/checkpoints/last.ckpt \\
+    solarwm predict --config recipes/tiny_bid.yaml --checkpoint runs/tiny/stage1/last.ckpt \\
         --first_frame frame.png --caption "a street" --trajectory traj.json --output out.mp4
 """
 
