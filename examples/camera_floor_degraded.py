@@ -52,7 +52,8 @@ def score(batches: list[dict], degrade: Degrade) -> tuple[float, dict[str, float
 
 def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "outputs/three_stages")
-    cli = SolarCLI(args=["--config", str(out / "recipes" / "tiny_bid.yaml"), "--trainer.logger", "false"], run=False)
+    cli = SolarCLI(args=["--config", str(Path(__file__).resolve().parents[1] / "recipes" / "tiny_bid.yaml"), "--root", str(out),
+                          "--trainer.logger", "false"], run=False)
     cli.datamodule.setup("test")
     batches = list(cli.datamodule.test_dataloader())
     cases = {"ground truth": noise(0.0), "noise 4": noise(4.0), "noise 8": noise(8.0), "noise 12": noise(12.0),

@@ -36,6 +36,7 @@ from solarwm.stages.checkpoints import load_adapter_weights
 from solarwm.train_cli import SolarCLI
 
 RECIPES = {"stage1": "tiny_bid", "stage2": "tiny_tf", "stage3": "tiny_dmd"}
+RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 
 
 def rotation_gain(R_est: np.ndarray, R_cmd: np.ndarray) -> float | None:
@@ -87,7 +88,7 @@ def token_grid(videos: list[np.ndarray], token: int) -> float:
 
 def generated(out: Path, stage: str) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]], int]:
     """(generated videos, true videos, cameras, token size in pixels) of the stage's export on the test clips."""
-    cli = SolarCLI(args=["--config", str(out / "recipes" / f"{RECIPES[stage]}.yaml"), "--trainer.logger", "false"], run=False)
+    cli = SolarCLI(args=["--config", str(RECIPE_DIR / f"{RECIPES[stage]}.yaml"), "--root", str(out), "--trainer.logger", "false"], run=False)
     module = cli.model
     load_adapter_weights(module.adapter, out / stage / "adapter")
     module.eval()

@@ -22,7 +22,9 @@ import numpy as np
 
 from solarwm.train_cli import SolarCLI
 
+#: OUT/<stage> -> the recipe that made it (run with ``--root OUT``, as examples/three_stages.sh ran it).
 STAGES = {"stage1": "tiny_bid", "stage2": "tiny_tf", "stage3": "tiny_dmd"}
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 #: motion family -> the test worlds' overrides of the recipe's ``data.test_synth`` (None: the recipe's own).
 FAMILIES = {"mixed": None, "slow_pan": {"motion": "slow_pan", "seed": 1001}}
 COLUMNS = ("psnr", "psnr_static", "psnr_wrong_camera", "ssim", "cam_rot_err_deg", "cam_rot_err_deg_gt",
@@ -32,7 +34,7 @@ RESAMPLES = 2000
 
 def stage_test(out: Path, stage: str, recipe: str, family: str) -> tuple[dict[str, float], list[dict]]:
     """Run `solarwm test` on the stage's last checkpoint: its ``test/`` metrics and its per-video records."""
-    args = ["test", "--config", str(out / "recipes" / f"{recipe}.yaml"),
+    args = ["test", "--config", str(RECIPES / f"{recipe}.yaml"), "--root", str(out),
             "--ckpt_path", str(out / stage / "last.ckpt"), "--trainer.logger", "false"]
     overrides = FAMILIES[family]
     if overrides is not None:
@@ -114,9 +116,9 @@ def main() -> None:
 
 
 def _draws(out: Path, recipe: str) -> int:
-    import yaml
+    from solarwm.train_cli import parse_recipe
 
-    return int(yaml.safe_load((out / "recipes" / f"{recipe}.yaml").read_text())["data"]["init_args"]["test_draws"])
+    return int(parse_recipe(str(RECIPES / f"{recipe}.yaml"), "--root", str(out)).data.init_args.test_draws)
 
 
 if __name__ == "__main__":

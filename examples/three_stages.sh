@@ -1,33 +1,20 @@
 #!/usr/bin/env bash
 # The paper's three-stage recipe end to end on the embedded default (CPU, no weights, no datasets):
 #   render worlds -> stage 1 (bidirectional) -> stage 2 (TF-AnyFlow) -> stage 3 (DMD) -> `solarwm test` each.
-# Writes OUT/stage{1,2,3}/{adapter/,last.ckpt}, OUT/metrics.json and prints the metrics tables: unseen worlds
-# with the default 6-DoF motion and with slow pans (examples/stage_metrics.py).
+# Writes OUT/{corpus,test_mixed}, OUT/stage{1,2,3}/{adapter/,last.ckpt}, OUT/metrics.json and prints the metrics
+# tables: unseen worlds with the default 6-DoF motion and with slow pans (examples/stage_metrics.py).
 #   bash examples/three_stages.sh [OUT]        (default OUT: outputs/three_stages)
 set -euo pipefail
 OUT=${1:-outputs/three_stages}
-mkdir -p "$OUT/recipes"
+mkdir -p "$OUT"
 
-# The tiny recipes write under runs/tiny_{bid,tf,dmd}; here every path moves under OUT, and each stage
-# reads the previous stage's export from there.
-python - "$OUT" <<'PY'
+# The tiny recipes write everything under their root (runs/tiny); `--root OUT` moves it all under OUT, and each
+# stage reads the previous stage's export from there.
+python - "$OUT" > "$OUT/synth_args.new" <<'PY'
 import sys
-from pathlib import Path
-out = Path(sys.argv[1])
-moves = {"runs/tiny_bid/corpus": f"{out}/corpus", "runs/tiny_bid/test_mixed": f"{out}/test_mixed", "runs/tiny_bid/checkpoints": f"{out}/stage1",
-         "runs/tiny_tf/checkpoints": f"{out}/stage2", "runs/tiny_dmd/checkpoints": f"{out}/stage3",
-         "runs/tiny_bid": f"{out}/stage1", "runs/tiny_tf": f"{out}/stage2", "runs/tiny_dmd": f"{out}/stage3"}
-for stage in ("bid", "tf", "dmd"):
-    text = Path(f"recipes/tiny_{stage}.yaml").read_text()
-    for old, new in moves.items():
-        text = text.replace(old, new)
-    (out / "recipes" / f"tiny_{stage}.yaml").write_text(text)
-PY
-
-python - "$OUT/recipes/tiny_bid.yaml" > "$OUT/synth_args.new" <<'PY'
-import sys, yaml
-s = yaml.safe_load(open(sys.argv[1]))["data"]["init_args"]["synth"]
-print(f"--clips {s['clips']} --frames {s['frames']} --size {s['width']}x{s['height']} --fps {s['fps']} --seed {s['seed']} --motion {s.get('motion', 'mixed')} --views {s.get('views', 1)}")
+from solarwm.train_cli import parse_recipe
+s = parse_recipe("recipes/tiny_bid.yaml", "--root", sys.argv[1]).data.init_args.synth
+print(f"--clips {s.clips} --frames {s.frames} --size {s.width}x{s.height} --fps {s.fps} --seed {s.seed} --motion {s.motion} --views {s.views}")
 PY
 # A rerun resumes OUT only if its worlds are the same (synth adds clips to a folder; it never removes any).
 if [ -f "$OUT/synth_args.txt" ] && ! cmp -s "$OUT/synth_args.txt" "$OUT/synth_args.new"; then
@@ -44,7 +31,7 @@ for stage in bid tf dmd; do
   if [ -f "$OUT/stage$n/adapter/adapter.json" ]; then
     echo "stage $n ($stage): $OUT/stage$n/adapter exists, skipped"
   else
-    solarwm fit --config "$OUT/recipes/tiny_$stage.yaml"
+    solarwm fit --config "recipes/tiny_$stage.yaml" --root "$OUT"
   fi
   n=$((n + 1))
 done

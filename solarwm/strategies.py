@@ -1,11 +1,12 @@
 """Lightning strategies for the published routes: FSDP2 sharded per transformer block (paper §4, 8–256 GPUs).
 
-A recipe names it in YAML; the route decides the wrap unit (its adapter's ``transformer_block``)::
+A route file names it in YAML (recipes/routes/); the adapter being sharded decides the wrap unit (its class's
+``transformer_block``), so the strategy names no route::
 
     trainer:
       strategy:
         class_path: solarwm.strategies.RouteFSDPStrategy
-        init_args: {route: wan22_i2v_14b}        # + activation_checkpointing, sharding_strategy, ...
+        init_args: {activation_checkpointing: true}   # + sharding_strategy, state_dict_type, cpu_offload
       precision: bf16-mixed                       # bf16 compute, fp32 master weights and gradient reduction
 
 It is Lightning's ``ModelParallelStrategy`` (PyTorch's FSDP2, ``fully_shard``) with a fixed plan instead of a
@@ -32,18 +33,19 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from solarwm.backbones.base import AdapterError, route_class
+from solarwm.backbones.base import AdapterError, BackboneAdapter
 
 
-def route_block_class(route: str) -> type[nn.Module]:
-    """The transformer block class of ``route`` (its adapter's ``transformer_block``, ``"module:Class"``)."""
-    target = route_class(route).transformer_block
+def transformer_block_class(adapter: BackboneAdapter | type[BackboneAdapter]) -> type[nn.Module]:
+    """The FSDP wrap unit of an adapter (class or instance): its class's ``transformer_block``, ``"module:Class"``."""
+    cls = adapter if isinstance(adapter, type) else type(adapter)
+    target = getattr(cls, "transformer_block", "")
     if not target:
-        raise AdapterError(f"route {route!r} names no transformer_block (the FSDP wrap unit)")
+        raise AdapterError(f"{cls.__name__} names no transformer_block (the FSDP wrap unit)")
     module_name, _, class_name = target.partition(":")
     block = getattr(importlib.import_module(module_name), class_name, None)
     if not (isinstance(block, type) and issubclass(block, nn.Module)):
-        raise AdapterError(f"route {route!r}: transformer_block {target} is not an nn.Module class")
+        raise AdapterError(f"{cls.__name__}: transformer_block {target} is not an nn.Module class")
     return block
 
 
@@ -91,10 +93,9 @@ def shard_transformer(
 
 
 class RouteFSDPStrategy(ModelParallelStrategy):
-    """FSDP2 (``ModelParallelStrategy``, data-parallel only) with the route's transformer block as the unit.
+    """FSDP2 (``ModelParallelStrategy``, data-parallel only) with the adapter's transformer block as the unit.
 
     Args:
-        route: the backbone route (``wan22_ti2v_5b``, ``wan22_i2v_14b``, ``ltx25``, ``minimax_h3``).
         activation_checkpointing: recompute each block's activations in the backward.
         sharding_strategy: ``FULL_SHARD`` (ZeRO-3: re-shard after forward) or ``SHARD_GRAD_OP`` (ZeRO-2: keep
             the gathered parameters from forward to backward).
@@ -105,7 +106,6 @@ class RouteFSDPStrategy(ModelParallelStrategy):
 
     def __init__(
         self,
-        route: str,
         activation_checkpointing: bool = True,
         sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP"] = "FULL_SHARD",
         state_dict_type: Literal["full", "sharded"] = "full",
@@ -115,8 +115,6 @@ class RouteFSDPStrategy(ModelParallelStrategy):
         if sharding_strategy not in ("FULL_SHARD", "SHARD_GRAD_OP"):
             raise ValueError(f"sharding_strategy {sharding_strategy!r}: use FULL_SHARD or SHARD_GRAD_OP "
                              "(for no sharding use `--trainer.strategy ddp`)")
-        self.route = route
-        self.block = route_block_class(route)
         self.activation_checkpointing = activation_checkpointing
         self.sharding_strategy = sharding_strategy
         self.cpu_offload = cpu_offload
@@ -135,12 +133,13 @@ class RouteFSDPStrategy(ModelParallelStrategy):
         """FSDP2's bf16 policy when the trainer's precision is ``bf16-mixed``; None otherwise."""
         return bf16_mixed_policy() if self.precision_plugin.precision == "bf16-mixed" else None
 
-    def parallelize(self, transformer: nn.Module) -> None:
-        """Shard ``transformer`` with the route's plan (idempotent: ``configure_model`` may run twice)."""
+    def parallelize(self, adapter: BackboneAdapter) -> None:
+        """Shard ``adapter.transformer`` per ``transformer_block`` (idempotent: ``configure_model`` may run twice)."""
+        transformer = adapter.transformer
         if isinstance(transformer, FSDPModule):
             return
         shard_transformer(
-            transformer, self.block, mesh=self.device_mesh["data_parallel"],
+            transformer, transformer_block_class(adapter), mesh=self.device_mesh["data_parallel"],
             activation_checkpointing=self.activation_checkpointing, mp_policy=self.mixed_precision_policy(),
             reshard_after_forward=self.sharding_strategy == "FULL_SHARD", cpu_offload=self.cpu_offload,
         )

@@ -9,7 +9,7 @@ frame (an image file or a clip folder), a caption and a camera trajectory become
 mp4, with the weights from a Lightning checkpoint (``--checkpoint``, the model built
 from ``--config``) or an exported adapter folder (``--adapter``)::
 
-    solarwm predict --config recipes/tiny_bid.yaml --checkpoint runs/tiny_bid/checkpoints/last.ckpt \\
+    solarwm predict --config recipes/tiny_bid.yaml --checkpoint runs/tiny/stage1/last.ckpt \\
         --first_frame frame.png --caption "a street" --trajectory traj.json --output out.mp4
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import re
 import shutil
 import sys
 import warnings
@@ -31,6 +32,105 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
 
 VERBS = ("fit", "validate", "test", "predict")
+#: ``${key}`` / ``${dotted.key}`` in a string value of a recipe: the value of that config key (OmegaConf's syntax).
+INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+
+
+class RecipeError(ValueError):
+    """A recipe that composes a missing file, composes itself, or interpolates a key it does not set."""
+
+
+def _compose_list(path: Path) -> list[Path]:
+    """The files ``path`` is laid over (its top-level ``compose``, relative to its folder); empty if none."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return []  # jsonargparse reports the syntax error with its own message
+    parts = doc.get("compose") if isinstance(doc, dict) else None
+    if parts is None:
+        return []
+    if isinstance(parts, str):
+        parts = [parts]
+    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+        raise RecipeError(f"{path}: `compose` must be a list of recipe files, got {parts!r}")
+    return [path.parent / part for part in parts]
+
+
+def _expand(path: Path, chain: tuple[Path, ...] = ()) -> list[str]:
+    """``path``'s parts, depth first, then ``path`` itself (the order of the ``--config`` files they become)."""
+    resolved = path.resolve()
+    if resolved in chain:
+        raise RecipeError(f"{path}: composes itself ({' -> '.join(str(p) for p in (*chain, resolved))})")
+    configs: list[str] = []
+    for part in _compose_list(path):
+        if not part.is_file():
+            raise RecipeError(f"{path}: compose names {part}, which does not exist")
+        configs += _expand(part, (*chain, resolved))
+    return configs + [str(path)]
+
+
+def expand_configs(args: list[str]) -> list[str]:
+    """Each ``--config R`` whose recipe R has a ``compose`` list becomes ``--config`` of every part, then of R.
+
+    So ``--config recipes/ltx25_bid.yaml`` parses exactly as ``--config recipes/stages/bidirectional.yaml
+    --config recipes/routes/ltx25.yaml --config recipes/ltx25_bid.yaml``: jsonargparse's own merge of
+    several config files, later files (and then the command line) overriding earlier ones.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in ("--config", "-c") and (eq or i + 1 < len(args)):
+            value = value if eq else args[i + 1]
+            i += 1 if eq else 2
+            path = Path(value)
+            if path.is_file() and path.suffix in (".yaml", ".yml"):
+                for config in _expand(path):
+                    out += [name, config]
+            else:
+                out += [name, value]  # a YAML string or a missing file: jsonargparse's own message
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def _interpolate(value: Any, lookup) -> Any:
+    """``value`` with every ``${key}`` in its strings replaced by ``lookup(key)`` (lists, dicts, namespaces)."""
+    from jsonargparse import Namespace
+
+    if isinstance(value, str):
+        return INTERPOLATION.sub(lambda m: str(lookup(m.group(1))), value)
+    if isinstance(value, list):
+        return [_interpolate(v, lookup) for v in value]
+    if isinstance(value, dict):
+        return {k: _interpolate(v, lookup) for k, v in value.items()}
+    if isinstance(value, Namespace):
+        for key, item in vars(value).items():
+            setattr(value, key, _interpolate(item, lookup))
+    return value
+
+
+def resolve_interpolations(cfg: Any) -> Any:
+    """Replace ``${key}`` in the parsed config's strings by that key's value, in place (``cfg`` returned).
+
+    Recipes write their paths as ``${root}/...`` and ``${trainer.default_root_dir}/...`` so that one key moves
+    every output; references may chain (``default_root_dir: ${root}/stage1``), resolved until none is left.
+    """
+
+    def lookup(key: str) -> Any:
+        value = cfg.get(key) if key in cfg else None
+        if value is None or not isinstance(value, (str, int, float)):
+            raise RecipeError(f"recipe: ${{{key}}} names no set config key (give it, e.g. --{key} DIR)")
+        return value
+
+    for _ in range(8):
+        before = repr(cfg)
+        _interpolate(cfg, lookup)
+        if repr(cfg) == before:
+            return cfg
+    raise RecipeError("recipe: interpolations do not resolve (a ${key} refers to itself)")
 
 
 class SolarCLI(LightningCLI):
@@ -57,6 +157,22 @@ class SolarCLI(LightningCLI):
             parser_kwargs={"default_env": False, "exit_on_error": False},
             auto_configure_optimizers=False,
         )
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        """The recipe keys ``root`` (where a run chain writes) and ``compose`` (files a recipe is laid over)."""
+        parser.add_argument("--root", type=str | None, default=None,
+                            help="Folder every output of the recipe derives from (its paths are ${root}/...).")
+        parser.add_argument("--compose", type=list[str] | None, default=None,
+                            help="In a recipe file: the recipe files it is laid over, in order (read before parsing).")
+
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        """Expand composed recipes into their ``--config`` files, parse, then resolve ``${key}`` interpolations."""
+        if not isinstance(args, dict):
+            args = expand_configs(list(sys.argv[1:] if args is None else args))
+        super().parse_arguments(parser, args)
+        section = self.config[self.config.subcommand] if self.config.get("subcommand") else self.config
+        section.compose = None  # the parts are read; a saved config.yaml must not compose them again
+        resolve_interpolations(section)
 
     def _parse_ckpt_path(self) -> None:
         """A recipe given with ``--config`` decides the model; checkpoint hyperparameters only fill in without one.
@@ -117,9 +233,9 @@ class _ParseOnlyCLI(SolarCLI):
         """Skip building trainer, model and data."""
 
 
-def parse_recipe(config: str) -> Any:
-    """Parse and check a recipe as ``solarwm fit --config`` does, building nothing (a Namespace)."""
-    return _ParseOnlyCLI(args=["--config", config], run=False).config
+def parse_recipe(config: str, *args: str) -> Any:
+    """Parse and check a recipe as ``solarwm fit --config config *args`` does, building nothing (a Namespace)."""
+    return _ParseOnlyCLI(args=["--config", str(config), *args], run=False).config
 
 
 def _first_frame(path: Path) -> np.ndarray:
@@ -139,13 +255,15 @@ def _first_frame(path: Path) -> np.ndarray:
 
 
 def _recipe(config: str | None) -> dict[str, Any]:
-    """The parsed recipe YAML (empty without one)."""
+    """The recipe as fit resolves it (composed, interpolated), as plain dicts; empty without one."""
     if config is None:
         return {}
     path = Path(config)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: recipe not found")
-    return yaml.safe_load(path.read_text()) or {}
+    recipe = parse_recipe(str(path)).as_dict()
+    recipe.pop("config", None)
+    return recipe
 
 
 def _stage_from_recipe(recipe: dict[str, Any], config: str, adapter: Any = None) -> LightningModule:

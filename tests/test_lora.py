@@ -179,8 +179,9 @@ def test_deepcopy_dmd_roles_and_causal_cache_with_lora():
 def test_recipe_with_lora_parses(tmp_path):
     from solarwm.train_cli import parse_recipe
 
-    recipe = yaml.safe_load((Path(__file__).parents[1] / "recipes" / "tiny_bid.yaml").read_text())
-    recipe["model"]["init_args"]["adapter"]["init_args"]["lora"] = dict(LORA)
+    # An overlay composing the shipped recipe, as a user's own recipe would.
+    recipe = {"compose": [str(Path(__file__).parents[1] / "recipes" / "tiny_bid.yaml")], "root": str(tmp_path),
+              "model": {"init_args": {"adapter": {"init_args": {"lora": dict(LORA)}}}}}
     path = tmp_path / "tiny_bid_lora.yaml"
     path.write_text(yaml.safe_dump(recipe))
     config = parse_recipe(str(path))

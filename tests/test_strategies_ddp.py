@@ -42,6 +42,7 @@ def _overlay(root: Path, corpus: Path, devices: int, model: dict | None = None, 
              steps: int = STEPS) -> Path:
     """The tiny recipe cut to ``steps`` steps, no callbacks, a CSV log of every step, ``GLOBAL_BATCH / devices`` per rank."""
     doc = {
+        "root": str(root),  # every output the recipe derives from its root lands here
         "trainer": {
             "devices": devices, "strategy": strategy if devices > 1 else "auto", "max_steps": steps,
             "val_check_interval": None, "limit_val_batches": 0, "log_every_n_steps": 1, "enable_progress_bar": False,

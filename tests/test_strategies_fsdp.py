@@ -23,7 +23,7 @@ import yaml
 from safetensors.torch import load_file
 
 from solarwm.backbones.base import AdapterError, route_class
-from solarwm.strategies import RouteFSDPStrategy, route_block_class
+from solarwm.strategies import RouteFSDPStrategy, transformer_block_class
 from solarwm.train_cli import parse_recipe
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -36,10 +36,11 @@ def test_published_recipe_builds_fsdp_per_transformer_block(short: str, stage: s
     config = parse_recipe(str(RECIPES / f"{short}_{stage}.yaml"))
     spec = config.trainer.strategy
     assert spec.class_path == "solarwm.strategies.RouteFSDPStrategy"
-    assert spec.init_args.route == ROUTES[short] and spec.init_args.activation_checkpointing is True
-    assert config.trainer.precision == "bf16-mixed"
+    assert spec.init_args.activation_checkpointing is True and config.trainer.precision == "bf16-mixed"
     strategy = RouteFSDPStrategy(**vars(spec.init_args))
-    assert strategy.block is route_block_class(ROUTES[short]) and strategy.activation_checkpointing
+    assert strategy.activation_checkpointing
+    # The wrap unit comes from the adapter the recipe builds, not from a route name in the strategy.
+    assert config.model.init_args.adapter.class_path.rsplit(".", 1)[1] == route_class(ROUTES[short]).__name__
     assert strategy.sharding_strategy == "FULL_SHARD" and strategy._tensor_parallel_size == 1
 
 
@@ -55,7 +56,7 @@ def test_shard_transformer_makes_one_checkpointed_unit_per_block(route: str) -> 
 
     torch.manual_seed(0)
     transformer = route_class(route)(preset="tiny").transformer
-    block = route_block_class(route)
+    block = transformer_block_class(route_class(route))
     blocks = sum(isinstance(m, block) for m in transformer.modules())
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
     try:
@@ -73,7 +74,7 @@ def test_the_wrap_unit_is_what_the_transformer_repeats(route: str) -> None:
     """The tiny model of each route is built of its ``transformer_block`` (else FSDP would wrap nothing)."""
     torch.manual_seed(0)
     adapter = route_class(route)(preset="tiny")
-    block = route_block_class(route)
+    block = transformer_block_class(route_class(route))
     assert sum(isinstance(m, block) for m in adapter.transformer.modules()) >= 2
 
 
@@ -96,9 +97,10 @@ def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
     """
     probe = tmp_path / "probe"
     overlay = {
+        "root": str(tmp_path),
         "trainer": {
             "accelerator": "cpu", "devices": 2, "precision": "bf16-mixed", "max_steps": 2, "gradient_clip_val": 1.0,
-            "strategy": {"class_path": "solarwm.strategies.RouteFSDPStrategy", "init_args": {"route": "wan22_ti2v_5b"}},
+            "strategy": {"class_path": "solarwm.strategies.RouteFSDPStrategy"},
             "callbacks": [{"class_path": "fsdp_probe.FSDPProbe", "init_args": {"out_dir": str(probe)}}],
             "logger": False, "enable_checkpointing": False, "limit_val_batches": 0, "val_check_interval": None,
             "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(tmp_path),
@@ -119,9 +121,9 @@ def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
     assert "Starting with 2 processes" in result.stderr + result.stdout
 
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
-    block = route_block_class("wan22_ti2v_5b")
+    block = transformer_block_class(route_class("wan22_ti2v_5b"))
     # The recipe's model (its base's depth), not the route's tiny preset.
-    config = yaml.safe_load((RECIPES / "tiny_bid.yaml").read_text())["model"]["init_args"]["adapter"]["init_args"]["config"]
+    config = parse_recipe(str(RECIPES / "tiny_bid.yaml")).model.init_args.adapter.init_args.config.as_dict()
     tiny = route_class("wan22_ti2v_5b").config_class.tiny()
     tiny.num_layers = config.get("num_layers", tiny.num_layers)
     blocks = sum(isinstance(m, block) for m in route_class("wan22_ti2v_5b")(config=tiny).transformer.modules())

@@ -169,7 +169,7 @@ class StageModule(pl.LightningModule):
         strategy = self._trainer.strategy if self._trainer is not None else None
         if isinstance(strategy, RouteFSDPStrategy):
             for adapter in self.sharded_adapters():
-                strategy.parallelize(adapter.transformer)
+                strategy.parallelize(adapter)
 
     def sharded_adapters(self) -> list[BackboneAdapter]:
         """The adapters whose transformers FSDP shards (stages with several roles return each)."""
