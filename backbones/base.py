@@ -60,8 +60,8 @@ from solarwm.backbones.export import (  # noqa: F401  (re-exported: the contract
 from solarwm.backbones.lora import LoRAConfig, LoRAError
 from solarwm.backbones.text import zero_padding
 from solarwm.camera.se3 import relative_pose, se3_inverse
-from solarwm.rollout.cache import KVCache
-from solarwm.stages.objectives import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
+from solarwm.kernels.kv_cache import KVCache
+from solarwm.objectives.flow_matching import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
 
 #: Standard deviation of the latents the ``x0_skip`` preconditioning assumes (pixels in [-1, 1] through the
 #: lossless patchify codec: about 0.5).

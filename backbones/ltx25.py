@@ -120,8 +120,8 @@ from solarwm.backbones.ltx25_model import (
     ltx_rope_freqs,
 )
 from solarwm.backbones.text import HashingTextEncoder, zero_padding
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.masks import causal_mask
-from solarwm.rollout.cache import KVCache
 
 # --------------------------------------------------------------------------------------------- configs
 

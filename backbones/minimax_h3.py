@@ -64,7 +64,7 @@ hook on ``token_refiner``).
 the prefix (so their K/V do not depend on the video and are recomputed on every call instead of being
 cached). Teacher forcing: ``[prefix | clean video | noisy video]``; clean rows see the prefix and the clean
 video up to their block, noisy block i sees the prefix, clean blocks [i-5, i) and itself; clean and noisy
-copies share positions and cameras. The KV cache (``solarwm.rollout.cache.KVCache``) holds the un-roped
+copies share positions and cameras. The KV cache (``solarwm.kernels.kv_cache.KVCache``) holds the un-roped
 video K/V of the last 5 blocks; video positions are window-local (L + 0..W-1, the query block at the tail),
 prefix positions stay native. The cache also remembers the rollout's first camera (``h3_origin``), the
 anchor's camera and the reference of every relative viewmat. Without a mask (stage 1) the attention is H3's
@@ -112,8 +112,8 @@ from solarwm.backbones.minimax_h3_parts import (
     H3PRoPEAttnProcessor,
 )
 from solarwm.backbones.text import HashingTextEncoder
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.masks import MaskMod, flex_block_mask, teacher_forcing_mask, teacher_forcing_mask_mod
-from solarwm.rollout.cache import KVCache
 
 __all__ = ["H3_LORA_TARGETS", "MiniMaxH3Adapter", "MiniMaxH3Config"]
 

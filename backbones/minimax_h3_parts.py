@@ -18,8 +18,8 @@ from diffusers.models.transformers.transformer_minimax_h3 import _apply_rotary_e
 from solarwm.backbones.base import AdapterError
 from solarwm.backbones.codecs import CodecError, PatchifyCodec
 from solarwm.backbones.wan_attention import ContextRotary
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.prope import prope_attention
-from solarwm.rollout.cache import KVCache
 
 #: H3 modality tags (``MINIMAX_H3_MODALITY_NUM`` = 3 in diffusers).
 TAG_VIDEO, TAG_TEXT, TAG_AUDIO = 0, 1, 2

@@ -29,8 +29,8 @@ from solarwm.backbones.lora import LoRAConfig
 from solarwm.backbones.pretrained import load_transformer
 from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder
 from solarwm.backbones.wan_attention import AttentionContext, PRoPEWanAttnProcessor, attach_context
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.masks import causal_mask
-from solarwm.rollout.cache import KVCache
 
 
 @dataclass
