@@ -22,9 +22,9 @@ from scipy.spatial.transform import Rotation
 
 from solarwm.camera import trajectory as T
 from solarwm.camera.sim3 import DegenerateAlignmentError, robust_umeyama
-from solarwm.cli import parse_size
 from solarwm.data.estimators import EstimationError, get_estimator
 from solarwm.data.sources.synthetic import make_scene, render_clip, sample_trajectory
+from solarwm.util.parsing import parse_size
 
 
 def errors(est: np.ndarray, gt: np.ndarray) -> dict:
