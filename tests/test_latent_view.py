@@ -15,7 +15,7 @@ from solarwm.cli import main
 from solarwm.data import latents as view_module
 from solarwm.data.contract import iter_clip_dirs, update_meta
 from solarwm.data.index import read_index
-from solarwm.data.latents import LatentViewError
+from solarwm.datamodules.latents import LatentViewError
 from solarwm.data.sources.synthetic import synth_corpus
 
 GEOMETRY = dict(num_frames=9, width=32, height=32)
