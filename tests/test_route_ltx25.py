@@ -30,7 +30,8 @@ def adapter(**changes) -> LTX25Adapter:
     return built
 
 
-def test_contract_geometry_cache_teacher_forcing_export(tmp_path):
+def test_geometry_8n_plus_1_and_causal_layout():
+    """LTX's own numbers (the generic checks: tests/test_route_contract.py)."""
     a = adapter()
     assert route_class("ltx25") is LTX25Adapter
     assert (a.temporal_compression, a.frames_per_block, a.window_blocks, a.clean_latent_frames) == (8, 2, 6, 1)
@@ -41,9 +42,6 @@ def test_contract_geometry_cache_teacher_forcing_export(tmp_path):
     assert a.valid_num_frames(121) and not a.valid_num_frames(81 + 4)
     with pytest.raises(AdapterError, match="8\\*n \\+ 1"):
         a.latent_frames(20)
-    contract.check_cache_exact(a, batch)
-    contract.check_teacher_forcing_matches_rollout(a, batch)
-    contract.check_export_round_trip(a, batch, tmp_path / "export")
 
 
 def test_contract_lora(tmp_path):
