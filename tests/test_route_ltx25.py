@@ -259,9 +259,9 @@ def test_rope_positions_are_window_local_and_the_first_frame_clamp_follows_the_c
     # The window is read at positions 0.. while it holds the clip's first latent, 1.. once that is evicted.
     block = {k: (v[:, :2] if k in ("c2w", "K") else v) for k, v in cond.items()}
     x = torch.zeros(1, a.latent_channels, 2, 8, 8)
-    assert a._cached_context(block, cache, x, False)[1].tolist() == [11, 12]
+    assert a.cached_attention_context(x, block, a.cache_window(block, cache, 2), cache, False)[1].tolist() == [11, 12]
     fresh = a.new_cache(8, 8)
-    assert a._cached_context(block, fresh, x, False)[1].tolist() == [0, 1]
+    assert a.cached_attention_context(x, block, a.cache_window(block, fresh, 2), fresh, False)[1].tolist() == [0, 1]
 
 
 def test_errors_name_the_check(tmp_path):
