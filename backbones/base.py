@@ -37,15 +37,14 @@ The export folder ``save_adapter(dir)`` writes, and the route registry: ``solarw
 from __future__ import annotations
 
 import abc
-import copy
+import contextlib
 import dataclasses
-import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 import torch
 
-from solarwm.backbones import lora as _lora
 from solarwm.backbones.export import (  # noqa: F401  (re-exported: the contract's names)
     ADAPTER_SCHEMA,
     ROUTES,
@@ -57,11 +56,13 @@ from solarwm.backbones.export import (  # noqa: F401  (re-exported: the contract
     route_class,
     write_export,
 )
-from solarwm.backbones.lora import LoRAConfig, LoRAError
+from solarwm.backbones.lora import LoRAConfig
 from solarwm.backbones.text import zero_padding
+from solarwm.backbones.weights import AdapterWeights
 from solarwm.camera.se3 import relative_pose, se3_inverse
-from solarwm.rollout.cache import KVCache
-from solarwm.stages.objectives import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
+from solarwm.kernels.kv_cache import KVCache
+from solarwm.kernels.masks import causal_mask
+from solarwm.objectives.flow_matching import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
 
 #: Standard deviation of the latents the ``x0_skip`` preconditioning assumes (pixels in [-1, 1] through the
 #: lossless patchify codec: about 0.5).
@@ -83,7 +84,27 @@ def x0_skip_velocity(out: torch.Tensor, x_t: torch.Tensor, sigma: torch.Tensor) 
     return (sigma - keep * sd2) / d * x_t - (X0_SKIP_SIGMA_DATA / d.sqrt()) * out
 
 
-class BackboneAdapter(torch.nn.Module, abc.ABC):
+@dataclass
+class CacheWindow:
+    """A cached block's window: the committed frames' cameras, then the query block's ``frames`` latent frames."""
+
+    c2w: torch.Tensor  #: [B, W, 4, 4] float64
+    K: torch.Tensor  #: [B, W, 4] pixels
+    frames: int  #: latent frames of the query block (the window's tail)
+    first_evicted: bool  #: the clip's first latent frame has left the window
+
+    @property
+    def width(self) -> int:
+        """Latent frames in the window, the query block included."""
+        return self.c2w.shape[1]
+
+    @property
+    def start(self) -> int:
+        """Window index of the query block's first frame."""
+        return self.width - self.frames
+
+
+class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
     """Abstract adapter around one route's diffusers transformer + codec (see module docstring).
 
     Subclasses set the class attributes below, build ``self.transformer`` (a diffusers ``ModelMixin``)
@@ -122,56 +143,89 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     flow_map_gate: float | None = None
     #: Attributes holding the frozen parts, in ``frozen_parts`` order (an attribute that is None is skipped).
     frozen_part_names: ClassVar[tuple[str, ...]] = ("codec", "text_encoder")
+    #: ``cond`` entries indexed ``[B, f, ...]`` by latent frame (checked per call, sliced per causal block).
+    per_frame_conditions: ClassVar[tuple[str, ...]] = ("c2w", "K")
+    #: The route's attention takes only dense masks (``forward`` refuses a FlexAttention ``BlockMask``).
+    dense_masks_only: ClassVar[bool] = False
     #: What ``text_features`` says when a batch has no ``text_embeds`` and there is no text encoder.
     missing_text_message: ClassVar[str] = "batch has no 'text_embeds' and the adapter has text_encoder='none'"
 
     transformer: torch.nn.Module
     config: Any
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        config: Any = None,
+        preset: Literal["tiny", "published"] = "tiny",
+        pretrained_path: str | None = None,
+        device: str | None = None,
+        lora: LoRAConfig | None = None,
+    ) -> None:
+        """The preamble every route shares: preset -> config, weight checks, build, freeze, processors, LoRA.
+
+        ``config`` (default: ``preset``'s ``config_class.tiny()`` / ``.published()``, copied); ``pretrained_path``:
+        a local checkpoint or export folder; ``device`` builds the codec and model under ``torch.device(device)``
+        (``"meta"``: no weights allocated, for parameter counting); ``lora``: ``enable_lora`` last. A route
+        supplies ``check_config``, ``_build_codec``, ``_build_model``, ``_build_text_encoder``, ``_build_extras``
+        and ``install_processors``; it keeps its own typed ``__init__`` signature (YAML ``init_args``) and calls
+        this one.
+        """
         super().__init__()
         self.delta_embedding: torch.nn.Module | None = None  # the AnyFlow r-embedding (enable_flow_map)
         self._flow_map_r: torch.Tensor | None = None  # per-token r of the current call (set by forward)
         self.lora_config: LoRAConfig | None = None  # the transformer's LoRA (enable_lora), None = full weights
+        if config is None:
+            config = self.config_class.tiny() if preset == "tiny" else self.config_class.published()
+        self.require_weights(preset, pretrained_path, device)  # before a published-size model is built at random
+        self.config = config = dataclasses.replace(config)
+        self.check_config(config)
+        self.shift = config.shift
+        root = Path(pretrained_path) if pretrained_path is not None else None
+        if root is not None and not root.is_dir():
+            raise AdapterError(f"{self.route}: pretrained_path {root} does not exist")
+        self.check_pretrained_export(root)
+        meta = device == "meta"
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            self.codec = self._build_codec(root)
+            self.temporal_compression = self.codec.temporal_compression
+            self.spatial_compression = self.codec.spatial_compression
+            self.latent_channels = self.codec.latent_channels
+            self._build_model(root, meta)
+        self.text_encoder = self._build_text_encoder(root, meta)
+        self._build_extras(root, device)
+        # Only the transformer trains; the codec, text encoder (and any other frozen part) never do.
+        for part in self.frozen_parts().values():
+            part.requires_grad_(False).eval()
+        self.install_processors()
+        self.enable_lora(lora)
 
-    @classmethod
-    def require_weights(cls, preset: str, pretrained_path: str | None, device: str | None) -> None:
-        """Refuse ``preset="published"`` without ``pretrained_path`` (before anything is built).
+    # ------------------------------------------------------------------ building (route hooks)
+    def check_config(self, config: Any) -> None:
+        """Refuse a config the route cannot build, before anything is built (route hook; default: patch size)."""
+        patch = getattr(config, "patch_size", None)
+        if isinstance(patch, tuple):
+            if patch[0] != 1 or patch[1] != patch[2]:
+                raise AdapterError(f"{self.route}: patch_size must be (1, p, p), got {patch}")
+            self.patch_size = patch[1]
 
-        A published-size model with random weights is never what a recipe means, and would take tens of GB;
-        on the meta device (parameter counting) it is allowed.
-        """
-        if preset == "published" and pretrained_path is None and str(device) != "meta":
-            raise AdapterError(
-                f"{cls.route}: the published config needs its weights: set pretrained_path (the local diffusers "
-                "checkpoint folder, e.g. --model.init_args.adapter.init_args.pretrained_path DIR); "
-                "for the CPU configuration of this recipe add --config recipes/tiny.yaml"
-            )
+    @abc.abstractmethod
+    def _build_codec(self, root: Path | None) -> torch.nn.Module:
+        """The codec (``temporal_compression``, ``spatial_compression``, ``latent_channels``, encode/decode)."""
 
-    #: Config keys that decide what trained weights mean; an export folder given as ``pretrained_path`` must agree.
-    weight_config_keys: ClassVar[tuple[str, ...]] = (
-        "prediction", "codec", "patchify_spatial", "text_encoder", "text_dim", "text_max_length", "camera_head_dims",
-    )
+    @abc.abstractmethod
+    def _build_model(self, root: Path | None, meta: bool) -> None:
+        """Set ``self.transformer`` (and any other part built under the device, e.g. LTX's connector)."""
 
-    def check_weight_config(self, config: dict[str, Any], source: str) -> None:
-        """Refuse weights from ``source`` trained under a ``config`` that reads them differently from this one.
+    @abc.abstractmethod
+    def _build_text_encoder(self, root: Path | None, meta: bool) -> torch.nn.Module | None:
+        """The frozen text encoder, or None (batches then carry ``text_embeds``)."""
 
-        Keys like ``prediction`` change what the output means without changing a shape, so a strict
-        state-dict load alone would accept them.
-        """
-        mine = self.config_dict()
-        wrong = [f"{k}: {source} has {config[k]!r}, the config {mine[k]!r}" for k in self.weight_config_keys
-                 if k in config and k in mine and config[k] != mine[k]]
-        if wrong:
-            raise AdapterError(
-                f"{self.route}: weights trained under another config (" + "; ".join(wrong)
-                + "); set the same values in the adapter's config"
-            )
+    def _build_extras(self, root: Path | None, device: str | None) -> None:
+        """Anything built after the text encoder (route hook; default: nothing)."""
 
-    def check_pretrained_export(self, root: Path | None) -> None:
-        """An export folder given as ``pretrained_path`` must share the weight config (a diffusers folder has none)."""
-        if root is not None and (root / "adapter.json").is_file():
-            self.check_weight_config(read_adapter_json(root).get("config", {}), str(root))
+    @abc.abstractmethod
+    def install_processors(self) -> None:
+        """Put the route's camera attention processors (and any hooks they need) on the transformer."""
 
     # ------------------------------------------------------------------ latent geometry
     def valid_num_frames(self, num_frames: int) -> bool:
@@ -313,7 +367,6 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         return c2w[:, idx].to(torch.float64), K[:, idx].float()
 
     # ------------------------------------------------------------------ model call
-    @abc.abstractmethod
     def forward(
         self,
         x_t: torch.Tensor,
@@ -331,9 +384,21 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         With ``kv_cache``: ``x_t`` is one block that attends to the cached window and itself at window-local
         positions; ``commit=True`` appends its K/V and cameras to the cache (the clean block at sigma 0).
         ``r_per_frame [B, f]``: the flow map's target noise level (needs ``enable_flow_map``; None = sigma).
+        The route supplies the attention contexts and ``run_transformer``; the control flow is this one.
         """
+        self._check_input(x_t, sigma_per_frame, cond)
+        self._check_cache_call(attn_mask, kv_cache, commit)
+        self._check_flow_map(r_per_frame)
+        if kv_cache is None:
+            context = self.attention_context(x_t, cond, attn_mask)
+        else:
+            window = self.cache_window(cond, kv_cache, x_t.shape[2])
+            context = self.cached_attention_context(x_t, cond, window, kv_cache, commit)
+        out = self._cached_call(
+            lambda: self.run_transformer(x_t, sigma_per_frame, r_per_frame, cond, context), cond, kv_cache, commit
+        )
+        return self.native_output(out, x_t, sigma_per_frame)
 
-    @abc.abstractmethod
     def forward_teacher_forcing(
         self,
         x_clean: torch.Tensor,
@@ -344,29 +409,105 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
     ) -> torch.Tensor:
         """Teacher-forced causal prediction ``[B, C, f, h, w]`` for the noisy copy.
 
-        One call over the layout ``[clean | noisy]`` (clean at sigma 0; both copies share temporal
-        positions and cameras) under the teacher-forcing mask: noisy block i sees clean blocks
-        ``[i - window_blocks + 1, i)`` and itself.
+        One call over the layout ``[clean | noisy]`` (clean at sigma 0 and r = t = 0; both copies share
+        temporal positions, cameras and per-frame conditions) under the teacher-forcing mask: noisy block i
+        sees clean blocks ``[i - window_blocks + 1, i)`` and itself.
+        """
+        self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
+        self._check_flow_map(r_per_frame)
+        f = x_noisy.shape[2]
+        context = self.teacher_forcing_context(x_noisy, cond)
+        zeros = torch.zeros_like(sigma_per_frame)
+        sigma_full = torch.cat([zeros, sigma_per_frame], 1)
+        r_full = None if r_per_frame is None else torch.cat([zeros, r_per_frame], 1)  # AnyFlow: r_clean = t_clean
+        out = self.run_transformer(torch.cat([x_clean, x_noisy], 2), sigma_full, r_full, cond, context, copies=2)
+        return self.native_output(out[:, :, f:], x_noisy, sigma_per_frame)
+
+    # ------------------------------------------------------------------ model call (route hooks)
+    @abc.abstractmethod
+    def attention_context(self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None) -> Any:
+        """The route's attention context of an uncached call: all frames at positions ``0..f-1`` under ``attn_mask``."""
+
+    @abc.abstractmethod
+    def cached_attention_context(
+        self, x_t: torch.Tensor, cond: dict[str, Any], window: CacheWindow, cache: KVCache, commit: bool
+    ) -> Any:
+        """The route's attention context of one block over its cached ``window`` (``cache_window``)."""
+
+    @abc.abstractmethod
+    def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> Any:
+        """The route's attention context of the ``[clean | noisy]`` layout with the teacher-forcing mask."""
+
+    @abc.abstractmethod
+    def run_transformer(
+        self,
+        x: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        r_per_frame: torch.Tensor | None,
+        cond: dict[str, Any],
+        context: Any,
+        copies: int = 1,
+    ) -> torch.Tensor:
+        """The route's model call on ``x [B, C, F, h, w]`` at ``sigma_per_frame [B, F]``: its output ``[B, C, F, h, w]``.
+
+        ``copies``: ``x`` holds the per-frame conditions' frames that many times over (teacher forcing: 2).
         """
 
+    def native_output(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
+        """The transformer output as the contract's flow target (x0-output configs return the velocity)."""
+        if self.config.prediction == "x0":
+            # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
+            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
+            out = (x_t - out) / sigma
+        elif self.config.prediction == "x0_skip":
+            out = x0_skip_velocity(out, x_t, sigma_per_frame.to(x_t.dtype)[:, None, :, None, None])
+        return out
+
+    # ------------------------------------------------------------------ model call (shared parts)
+    def cache_window(self, cond: dict[str, Any], cache: KVCache, frames: int) -> CacheWindow:
+        """The block's window: the cache's committed cameras followed by the block's own ``frames``."""
+        device = cond["c2w"].device
+        c2w = cond["c2w"] if cache.c2w is None else torch.cat([cache.c2w.to(device), cond["c2w"]], 1)
+        K = cond["K"] if cache.K is None else torch.cat([cache.K.to(device), cond["K"]], 1)
+        return CacheWindow(c2w, K, frames, cache.committed_frames > cache.frames)
+
+    def teacher_forcing_mask(self, x_noisy: torch.Tensor) -> torch.Tensor:
+        """Dense token mask of ``[clean | noisy]`` for ``x_noisy [B, C, f, h, w]`` (``kernels.masks``)."""
+        _, _, f, h, w = x_noisy.shape
+        return causal_mask(
+            "teacher_forcing", f, self.tokens_per_frame(h, w), self.frames_per_block,
+            device=x_noisy.device, max_prior_blocks=self.window_blocks - 1,
+        )
+
     def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
-        """Check ``x_t [B, C, f, h, w]``, ``sigma_per_frame [B, f]`` and that the cameras cover the same frames."""
+        """Check ``x_t [B, C, f, h, w]``, ``sigma_per_frame [B, f]`` and that every per-frame condition covers them."""
         if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
             raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
         b, _, f = x_t.shape[:3]
         if sigma_per_frame.shape != (b, f):
             raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
-        if cond["c2w"].shape[:2] != (b, f):
-            raise AdapterError(
-                f"{self.route}: cameras cover {tuple(cond['c2w'].shape[:2])} (batch, latent frames), latents are ({b}, {f})"
-            )
+        for name in self.per_frame_conditions:
+            if name not in cond:
+                raise AdapterError(f"{self.route}: cond has no {name!r} (build cond with prepare_conditions)")
+            if tuple(cond[name].shape[:2]) != (b, f):
+                raise AdapterError(
+                    f"{self.route}: cond[{name!r}] covers {tuple(cond[name].shape[:2])} (batch, latent frames), "
+                    f"latents are ({b}, {f})"
+                )
 
     def _check_cache_call(self, attn_mask: torch.Tensor | None, kv_cache: KVCache | None, commit: bool) -> None:
         """``commit=True`` needs a ``kv_cache``; a cached forward takes no ``attn_mask`` (the block sees its window)."""
+        if self.dense_masks_only and attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+            raise AdapterError(f"{self.route}: attn_mask must be a dense bool tensor (FlexAttention masks are not supported)")
         if kv_cache is None and commit:
             raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
         if kv_cache is not None and attn_mask is not None:
             raise AdapterError(f"{self.route}: a cached forward takes no attn_mask (the block sees its window)")
+
+    def _check_flow_map(self, r_per_frame: torch.Tensor | None) -> None:
+        """An ``r_per_frame`` needs the flow map (``enable_flow_map``)."""
+        if r_per_frame is not None and self.delta_embedding is None:
+            raise AdapterError(f"{self.route}: r_per_frame given but the flow map is not enabled (enable_flow_map)")
 
     def _check_teacher_forcing(
         self, x_clean: torch.Tensor, x_noisy: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]
@@ -375,16 +516,6 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         self._check_input(x_noisy, sigma_per_frame, cond)
         if x_clean.shape != x_noisy.shape:
             raise AdapterError(f"{self.route}: clean {tuple(x_clean.shape)} and noisy {tuple(x_noisy.shape)} differ")
-
-    def _native(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
-        """The transformer output as the native flow target (x0-output configs return the velocity)."""
-        if self.config.prediction == "x0":
-            # Clamped like JiT so the division stays bounded near σ = 0 (anchor frames are masked out).
-            sigma = sigma_per_frame.to(x_t.dtype).clamp_min(0.05)[:, None, :, None, None]
-            out = (x_t - out) / sigma
-        elif self.config.prediction == "x0_skip":
-            out = x0_skip_velocity(out, x_t, sigma_per_frame.to(x_t.dtype)[:, None, :, None, None])
-        return out
 
     def _cached_call(
         self, run: Callable[[], torch.Tensor], cond: dict[str, Any], kv_cache: KVCache | None, commit: bool
@@ -428,43 +559,6 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         c2w = c2w.to(torch.float64)
         return se3_inverse(relative_pose(c2w[:, reference : reference + 1], c2w)).float()
 
-    # ------------------------------------------------------------------ AnyFlow flow map (eq. 2)
-    def time_embedding(self) -> torch.nn.Module:
-        """The pretrained time-embedding MLP whose output the r-embedding is mixed into (route hook)."""
-        raise NotImplementedError(f"{self.route}: this route has no flow-map time embedding")
-
-    def time_features(self, timesteps: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        """The input of ``time_embedding()`` for per-token model timesteps shaped like the model's own (route hook)."""
-        raise NotImplementedError(f"{self.route}: this route has no flow-map time embedding")
-
-    def enable_flow_map(self, gate: float = 0.25) -> None:
-        """Add the AnyFlow r-embedding: a copy of the time embedding, mixed in as ``(1-g)·emb(t) + g·delta(r)``.
-
-        At ``r = t`` the model's output is unchanged (the copy equals the original), so stage 2 starts
-        exactly at the stage-1 model.
-        """
-        if not 0.0 < gate < 1.0:
-            raise AdapterError(f"{self.route}: flow-map gate must be in (0, 1), got {gate}")
-        if self.delta_embedding is None:
-            self.delta_embedding = copy.deepcopy(self.time_embedding()).requires_grad_(True)
-            self._flow_map_hook = self.time_embedding().register_forward_hook(self._mix_flow_map)
-        self.flow_map_gate = float(gate)
-
-    def disable_flow_map(self) -> None:
-        """Drop the r-embedding (the DMD student is a plain t-conditioned causal model)."""
-        if self.delta_embedding is not None:
-            self._flow_map_hook.remove()
-            self.delta_embedding = None
-        self.flow_map_gate = None
-
-    def _mix_flow_map(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        if self.delta_embedding is None:
-            return output
-        r = self._flow_map_r
-        features = args[0] if r is None else self.time_features(r, like=args[0])
-        gate = self.flow_map_gate
-        return ((1.0 - gate) * output + gate * self.delta_embedding(features)).type_as(output)
-
     # ------------------------------------------------------------------ parameters
     def frozen_parts(self) -> dict[str, torch.nn.Module]:
         """The frozen modules by attribute name (codec, text encoder): what DMD's three roles share."""
@@ -481,118 +575,3 @@ class BackboneAdapter(torch.nn.Module, abc.ABC):
         for part in self.frozen_parts().values():
             part.eval()
         return self
-
-    def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """Parameters a stage optimises (transformer + camera weights; frozen parts excluded).
-
-        With LoRA (``enable_lora``): exactly the LoRA weights, the camera weights (``camera_state_dict``) and
-        the flow map's ``delta_embedding`` — never a base weight of the transformer, whatever its flag.
-        """
-        if self.lora_config is None:
-            return [p for p in self.parameters() if p.requires_grad]
-        allowed = {id(p) for _, p in _lora.lora_named_parameters(self.transformer)}
-        allowed |= {id(p) for p in self.camera_parameters(self.transformer)}
-        in_transformer = {id(p) for p in self.transformer.parameters()}
-        return [p for p in self.parameters() if p.requires_grad and (id(p) in allowed or id(p) not in in_transformer)]
-
-    def camera_parameters(self, module: torch.nn.Module) -> list[torch.nn.Parameter]:
-        """The parameters of ``module`` (e.g. the transformer) that ``camera_state_dict`` returns (matched by storage)."""
-        ptrs = {(t.data_ptr(), tuple(t.shape)) for t in self.camera_state_dict().values() if t.numel()}
-        return [p for p in module.parameters() if (p.data_ptr(), tuple(p.shape)) in ptrs]
-
-    # ------------------------------------------------------------------ LoRA (peft)
-    def enable_lora(self, config: LoRAConfig | dict[str, Any] | None) -> None:
-        """Wrap ``config.target_modules`` of the transformer in LoRA layers (peft; B = 0, so outputs are unchanged).
-
-        Afterwards only the LoRA weights, the camera weights and (when enabled) the flow map train; the
-        transformer's base weights get ``requires_grad=False``. ``None`` does nothing, so a route's
-        ``__init__`` ends with ``self.enable_lora(lora)`` for its ``lora: LoRAConfig | None = None``
-        argument (settable in YAML as ``init_args.lora: {rank, alpha, target_modules, dropout}``).
-        Call it before ``enable_flow_map`` (as a route's ``__init__`` does), so the flow map's copy of the
-        time embedding has the same layers whatever the order of a later reload.
-        """
-        if config is None:
-            return
-        if self.lora_config is not None:
-            raise AdapterError(f"{self.route}: LoRA is already enabled ({self.lora_config}); merge_lora() first")
-        try:
-            config = LoRAConfig.coerce(config)
-        except LoRAError as e:
-            raise AdapterError(f"{self.route}: {e}") from e
-        camera = self.camera_parameters(self.transformer)
-        camera_flags = [p.requires_grad for p in camera]
-        try:
-            _lora.inject_lora(self.transformer, config)  # freezes every non-LoRA transformer weight
-        except LoRAError as e:
-            raise AdapterError(f"{self.route}: {e}") from e
-        for p, flag in zip(camera, camera_flags):
-            p.requires_grad_(flag)
-        self.lora_config = config
-
-    def lora_parameters(self) -> list[torch.nn.Parameter]:
-        """The transformer's LoRA weights (empty without LoRA)."""
-        return [p for _, p in _lora.lora_named_parameters(self.transformer)]
-
-    def merge_lora(self) -> None:
-        """Fold the LoRA into the transformer's base weights in place; the transformer becomes plain diffusers.
-
-        The merged weights keep their frozen flag: call ``enable_lora`` again for a new LoRA on the merged
-        base, or ``transformer.requires_grad_(True)`` to fine-tune all of it.
-        """
-        if self.lora_config is None:
-            return
-        _lora.merge_and_unload(self.transformer)
-        if self.delta_embedding is not None and _lora.has_lora(self.delta_embedding):
-            _lora.merge_and_unload(self.delta_embedding)
-        self.lora_config = None
-
-    def camera_state_dict(self) -> dict[str, torch.Tensor]:
-        """Camera-injection weights (e.g. per-head gates) by name; empty for parameter-free PRoPE."""
-        return {}
-
-    def load_camera_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Load what ``camera_state_dict`` returned; raises on missing/unexpected keys."""
-        own = self.camera_state_dict()
-        if set(own) != set(state):
-            raise AdapterError(
-                f"{self.route}: camera weights mismatch: missing {sorted(set(own) - set(state))}, "
-                f"unexpected {sorted(set(state) - set(own))}"
-            )
-        with torch.no_grad():
-            for name, tensor in own.items():
-                tensor.copy_(state[name])
-
-    # ------------------------------------------------------------------ export
-    def config_dict(self) -> dict[str, Any]:
-        """The route config as plain JSON types (tuples as lists), as ``adapter.json`` and checkpoints hold it."""
-        return json.loads(json.dumps(dataclasses.asdict(self.config)))
-
-    def _export_extra(self, directory: Path) -> None:
-        """Hook: write route-specific frozen parts needed by ``load_adapter`` (e.g. ``vae/``)."""
-
-    def save_adapter(self, directory: str | Path, stage: str | None = None, merge_lora: bool = False) -> Path:
-        """Write ``transformer/``, ``camera.safetensors`` and ``adapter.json`` atomically into ``directory``.
-
-        ``stage`` (``bidirectional``, ``tf_anyflow``, ``dmd``) is recorded so ``solarwm predict`` knows
-        whether the export is a causal model. With LoRA, ``transformer/`` is the frozen base (diffusers keys)
-        and ``lora/`` the LoRA weights, the config in ``adapter.json["lora"]``; ``merge_lora=True`` writes the
-        merged model as a plain ``transformer/`` and no LoRA (this adapter is left as it is).
-        The layout: ``solarwm.backbones.export``.
-        """
-        return write_export(self, directory, stage, merge_lora)
-
-    @classmethod
-    def from_export(cls, directory: Path, config: Any, **kwargs: Any) -> "BackboneAdapter":
-        """Hook: build an adapter of this route from an export folder and its parsed config.
-
-        Default: ``cls(config=config, pretrained_path=directory, **kwargs)`` — the export folder has the
-        same ``transformer/`` (+ ``vae/``) layout as a diffusers checkpoint folder.
-        """
-        return cls(config=config, pretrained_path=str(directory), **kwargs)
-
-    @classmethod
-    def load_adapter(cls, directory: str | Path, **kwargs: Any) -> "BackboneAdapter":
-        """Rebuild an identical adapter from ``save_adapter`` output; errors name the folder and the check."""
-        if cls is BackboneAdapter:
-            return load_adapter(directory, **kwargs)
-        return read_export(cls, directory, **kwargs)

@@ -95,8 +95,6 @@ at 704x1280 are 2 x 880 = 1,760 tokens (Wan2.2-5B: 3 x 405 = 1,215). A 121-frame
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +104,7 @@ import torch
 import torch.nn as nn
 from diffusers import AutoencoderKLLTX2Video
 
-from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.codecs import PatchifyCodec
 from solarwm.backbones.lora import LoRAConfig
 from solarwm.backbones.pretrained import check_config_keys
@@ -120,8 +118,7 @@ from solarwm.backbones.ltx25_model import (
     ltx_rope_freqs,
 )
 from solarwm.backbones.text import HashingTextEncoder, zero_padding
-from solarwm.kernels.masks import causal_mask
-from solarwm.rollout.cache import KVCache
+from solarwm.kernels.kv_cache import KVCache
 
 # --------------------------------------------------------------------------------------------- configs
 
@@ -299,44 +296,31 @@ class LTX25Adapter(BackboneAdapter):
         device: str | None = None,
         lora: LoRAConfig | None = None,
     ) -> None:
-        super().__init__()
-        if config is None:
-            config = LTX25Config.tiny() if preset == "tiny" else LTX25Config.published()
-        self.require_weights(preset, pretrained_path, device)  # before a 13 B model is built at random
-        self.config = config = dataclasses.replace(config)
-        self.shift = config.shift
+        super().__init__(config=config, preset=preset, pretrained_path=pretrained_path, device=device, lora=lora)
+
+    # ------------------------------------------------------------------ building
+    def check_config(self, config: LTX25Config) -> None:
+        """The connector's width must be the cross-attention's."""
         connector_width = config.connector_num_attention_heads * config.connector_attention_head_dim
         if connector_width != config.cross_attention_dim:
             raise AdapterError(
                 f"{self.route}: the connector's width {connector_width} (heads x head dim) must equal "
                 f"cross_attention_dim {config.cross_attention_dim}"
             )
-        root = Path(pretrained_path) if pretrained_path is not None else None
-        if root is not None and not root.is_dir():
-            raise AdapterError(f"{self.route}: pretrained_path {root} does not exist")
-        self.check_pretrained_export(root)
 
-        build = torch.device(device) if device is not None else contextlib.nullcontext()
-        with build:
-            self.codec = self._build_codec(root)
-            self.temporal_compression = self.codec.temporal_compression
-            self.spatial_compression = self.codec.spatial_compression
-            self.latent_channels = self.codec.latent_channels
-            self.transformer = self._build_transformer(root, meta=device == "meta")
-            self.connector = self._build_connector(root, meta=device == "meta")
-        self.text_encoder = self._build_text_encoder(root, meta=device == "meta")
+    def _build_model(self, root: Path | None, meta: bool) -> None:
+        self.transformer = self._build_transformer(root, meta=meta)
+        self.connector = self._build_connector(root, meta=meta)
+
+    def _build_extras(self, root: Path | None, device: str | None) -> None:
         if root is not None and device not in (None, "meta"):  # checkpoint tensors are read on the CPU
             self.transformer.to(device)
             self.connector.to(device)
 
-        for part in self.frozen_parts().values():
-            part.requires_grad_(False).eval()
+    def install_processors(self) -> None:
         for index, block in enumerate(self.transformer.transformer_blocks):
-            block.attn1.set_processor(PRoPELTXAttnProcessor(config.camera_head_dims, layer_index=index))
-        if lora is not None:
-            self.enable_lora(lora)
+            block.attn1.set_processor(PRoPELTXAttnProcessor(self.config.camera_head_dims, layer_index=index))
 
-    # ------------------------------------------------------------------ building
     def _build_codec(self, root: Path | None) -> nn.Module:
         cfg = self.config
         if cfg.codec == "patchify":
@@ -464,18 +448,48 @@ class LTX25Adapter(BackboneAdapter):
         h, w = x.shape[-2:]
         return ltx_rope_freqs(self.transformer.rope, positions, h, w, self.config.fps, x.shape[0], x.device)
 
-    def _run(
+    def attention_context(
+        self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None
+    ) -> tuple[LTXAttentionContext, torch.Tensor]:
+        """All frames at positions ``0..f-1``, cameras relative to the first."""
+        context = LTXAttentionContext(self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
+                                      attn_mask=attn_mask)
+        return context, torch.arange(x_t.shape[2])
+
+    def cached_attention_context(
+        self, x_t: torch.Tensor, cond: dict[str, Any], window: CacheWindow, cache: KVCache, commit: bool
+    ) -> tuple[LTXAttentionContext, torch.Tensor]:
+        """Window = cached frames then the query block, cameras relative to the query block, RoPE at
+        window-local positions (shifted by one once the clip's first latent has left the window)."""
+        start = window.start
+        viewmats = self.window_viewmats(window.c2w, start)
+        kv_positions = torch.arange(window.width) + int(window.first_evicted)
+        context = LTXAttentionContext(
+            viewmats[:, start:], window.K[:, start:], tuple(cond["image_size"]), cache=cache,
+            commit=commit, kv_viewmats=viewmats, kv_K=window.K, kv_freqs=self.rope_freqs(kv_positions, x_t),
+        )
+        return context, kv_positions[start:]
+
+    def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> tuple[LTXAttentionContext, torch.Tensor]:
+        """Both copies at positions ``0..f-1`` with the same cameras, under the teacher-forcing mask."""
+        viewmats = self.window_viewmats(cond["c2w"], 0)
+        context = LTXAttentionContext(torch.cat([viewmats, viewmats], 1), torch.cat([cond["K"], cond["K"]], 1),
+                                      tuple(cond["image_size"]), attn_mask=self.teacher_forcing_mask(x_noisy))
+        positions = torch.arange(x_noisy.shape[2])
+        return context, torch.cat([positions, positions])
+
+    def run_transformer(
         self,
         x: torch.Tensor,
         sigma_per_frame: torch.Tensor,
         r_per_frame: torch.Tensor | None,
-        text_embeds: torch.Tensor,
-        context: LTXAttentionContext,
-        positions: torch.Tensor,
+        cond: dict[str, Any],
+        context: tuple[LTXAttentionContext, torch.Tensor],
+        copies: int = 1,
     ) -> torch.Tensor:
-        """The video transformer on ``x [B, C, f, h, w]`` at per-frame timesteps ``1000·sigma``."""
-        if r_per_frame is not None and self.delta_embedding is None:
-            raise AdapterError(f"{self.route}: r_per_frame given but the flow map is not enabled (enable_flow_map)")
+        """The video transformer on ``x [B, C, f, h, w]`` at per-frame timesteps ``1000·sigma``; RoPE at the
+        context's positions."""
+        context, positions = context
         timestep = sigma_per_frame.float() * self.timestep_scale
         rotary = ContextRotary(self.rope_freqs(positions, x))
         rotary.context = context
@@ -484,82 +498,12 @@ class LTX25Adapter(BackboneAdapter):
         dtype = self.transformer.dtype
         try:
             out = self.transformer(
-                hidden_states=x.to(dtype), encoder_hidden_states=text_embeds.to(dtype), timestep=timestep,
+                hidden_states=x.to(dtype), encoder_hidden_states=cond["text_embeds"].to(dtype), timestep=timestep,
                 prompt_timestep=timestep, video_rotary_emb=rotary, frame_groups=frame_groups(sigma_per_frame),
             )
         finally:
             self._flow_map_r = None
         return out.to(x.dtype)
-
-    def forward(
-        self,
-        x_t: torch.Tensor,
-        sigma_per_frame: torch.Tensor,
-        cond: dict[str, Any],
-        attn_mask: torch.Tensor | None = None,
-        kv_cache: KVCache | None = None,
-        commit: bool = False,
-        r_per_frame: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Flow prediction ``[B, C, f, h, w]`` (``eps - x0`` space); see ``BackboneAdapter.forward``."""
-        self._check_input(x_t, sigma_per_frame, cond)
-        self._check_cache_call(attn_mask, kv_cache, commit)
-        f = x_t.shape[2]
-        if kv_cache is None:
-            context = LTXAttentionContext(self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
-                                          attn_mask=attn_mask)
-            positions = torch.arange(f)
-        else:
-            context, positions = self._cached_context(cond, kv_cache, x_t, commit)
-        out = self._cached_call(
-            lambda: self._run(x_t, sigma_per_frame, r_per_frame, cond["text_embeds"], context, positions),
-            cond, kv_cache, commit,
-        )
-        return self._native(out, x_t, sigma_per_frame)
-
-    def _cached_context(
-        self, cond: dict[str, Any], cache: KVCache, x_t: torch.Tensor, commit: bool
-    ) -> tuple[LTXAttentionContext, torch.Tensor]:
-        """Window = cached frames then the query block, cameras relative to the query block, RoPE at
-        window-local positions (shifted by one once the clip's first latent has left the window)."""
-        f = x_t.shape[2]
-        window_c2w = cond["c2w"] if cache.c2w is None else torch.cat([cache.c2w.to(cond["c2w"].device), cond["c2w"]], 1)
-        window_K = cond["K"] if cache.K is None else torch.cat([cache.K.to(cond["K"].device), cond["K"]], 1)
-        width = window_c2w.shape[1]
-        viewmats = self.window_viewmats(window_c2w, width - f)
-        first_evicted = cache.committed_frames > cache.frames
-        kv_positions = torch.arange(width) + int(first_evicted)
-        context = LTXAttentionContext(
-            viewmats[:, width - f :], window_K[:, width - f :], tuple(cond["image_size"]), cache=cache,
-            commit=commit, kv_viewmats=viewmats, kv_K=window_K, kv_freqs=self.rope_freqs(kv_positions, x_t),
-        )
-        return context, kv_positions[width - f :]
-
-    def forward_teacher_forcing(
-        self,
-        x_clean: torch.Tensor,
-        x_noisy: torch.Tensor,
-        sigma_per_frame: torch.Tensor,
-        cond: dict[str, Any],
-        r_per_frame: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Prediction for ``x_noisy [B, C, f, h, w]`` on ``[clean | noisy]``; see ``BackboneAdapter``."""
-        self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
-        _, _, f, h, w = x_noisy.shape
-        viewmats = self.window_viewmats(cond["c2w"], 0)
-        mask = causal_mask(
-            "teacher_forcing", f, self.tokens_per_frame(h, w), self.frames_per_block,
-            device=x_noisy.device, max_prior_blocks=self.window_blocks - 1,
-        )
-        context = LTXAttentionContext(torch.cat([viewmats, viewmats], 1), torch.cat([cond["K"], cond["K"]], 1),
-                                      tuple(cond["image_size"]), attn_mask=mask)
-        positions = torch.arange(f)
-        zeros = torch.zeros_like(sigma_per_frame)
-        sigma_full = torch.cat([zeros, sigma_per_frame], 1)
-        r_full = None if r_per_frame is None else torch.cat([zeros, r_per_frame], 1)  # clean history: r = t = 0
-        out = self._run(torch.cat([x_clean, x_noisy], 2), sigma_full, r_full, cond["text_embeds"], context,
-                        torch.cat([positions, positions]))
-        return self._native(out[:, :, f:], x_noisy, sigma_per_frame)
 
     # ------------------------------------------------------------------ AnyFlow flow map
     def time_embedding(self) -> nn.Module:

@@ -29,8 +29,8 @@ from diffusers.models.transformers.transformer_ltx2 import (
 from diffusers.pipelines.ltx2.connectors import LTX2ConnectorTransformer1d
 
 from solarwm.backbones.base import AdapterError
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.prope import prope_attention
-from solarwm.rollout.cache import KVCache
 
 
 class LTXAttentionError(AdapterError):

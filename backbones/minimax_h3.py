@@ -64,7 +64,7 @@ hook on ``token_refiner``).
 the prefix (so their K/V do not depend on the video and are recomputed on every call instead of being
 cached). Teacher forcing: ``[prefix | clean video | noisy video]``; clean rows see the prefix and the clean
 video up to their block, noisy block i sees the prefix, clean blocks [i-5, i) and itself; clean and noisy
-copies share positions and cameras. The KV cache (``solarwm.rollout.cache.KVCache``) holds the un-roped
+copies share positions and cameras. The KV cache (``solarwm.kernels.kv_cache.KVCache``) holds the un-roped
 video K/V of the last 5 blocks; video positions are window-local (L + 0..W-1, the query block at the tail),
 prefix positions stay native. The cache also remembers the rollout's first camera (``h3_origin``), the
 anchor's camera and the reference of every relative viewmat. Without a mask (stage 1) the attention is H3's
@@ -79,21 +79,19 @@ AudioVAE themselves (their outputs come precomputed: ``text_embeds``, ``audio_si
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable, Literal
 
 import torch
 from diffusers import AutoencoderKLMiniMaxH3, MiniMaxH3Transformer3DModel
 from safetensors.torch import load_file, save_file
 
-from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.lora import LoRAConfig
 from solarwm.backbones.pretrained import load_transformer
 from solarwm.backbones.minimax_h3_parts import (
+    MiniMaxH3Config,
     TAG_VIDEO,
     TAG_TEXT,
     TAG_AUDIO,
@@ -112,81 +110,10 @@ from solarwm.backbones.minimax_h3_parts import (
     H3PRoPEAttnProcessor,
 )
 from solarwm.backbones.text import HashingTextEncoder
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.masks import MaskMod, flex_block_mask, teacher_forcing_mask, teacher_forcing_mask_mod
-from solarwm.rollout.cache import KVCache
 
 __all__ = ["H3_LORA_TARGETS", "MiniMaxH3Adapter", "MiniMaxH3Config"]
-
-# ---------------------------------------------------------------------------------------------- config
-@dataclass
-class MiniMaxH3Config:
-    """Config of the route; ``published()`` is the 33B H3 Omni Transformer, ``tiny()`` the same classes for a CPU."""
-
-    num_layers: int = 2
-    num_refiner_layers: int = 1
-    num_attention_heads: int = 2
-    attention_head_dim: int = 128
-    hidden_size: int = 256
-    ffn_dim: int = 512
-    audio_in_channels: int = 8
-    patch_size: tuple[int, int, int] = (1, 2, 2)
-    text_dim: int = 32
-    freq_dim: int = 32
-    time_embed_hidden_dim: int = 128
-    time_embed_dim: int = 64
-    rope_freq_dim: int = 16
-    #: ``h3_patchify``: lossless, H3's cadence (embedded default); ``h3_vae``: AutoencoderKLMiniMaxH3.
-    codec: Literal["h3_vae", "h3_patchify"] = "h3_patchify"
-    patchify_spatial: int = 2
-    #: AutoencoderKLMiniMaxH3 config used when no ``pretrained_path`` gives ``vae/``: ``h3`` or ``tiny``.
-    vae_config: Literal["h3", "tiny"] = "tiny"
-    #: ``hashing``: HashingTextEncoder (embedded default); ``none``: batches carry precomputed Qwen ``text_embeds``.
-    text_encoder: Literal["hashing", "none"] = "hashing"
-    text_max_length: int = 16
-    #: Silent audio rows (a permanent condition, zero loss) and their source (None: zeros).
-    audio_rows: int = 4
-    audio_silence_path: str | None = None
-    #: AudioVAE latents per second and the video frame rate (time-align the audio rows' positions).
-    audio_latents_per_second: float = 40.0
-    fps: float = 24.0
-    #: Native H3 times of the condition rows (t = 1 clean): anchor (keyframe_timestep) and audio.
-    anchor_t: float = 0.999
-    audio_t: float = 1.0
-    #: Flow timestep shift on sigma (H3: 12).
-    shift: float = 3.0
-    #: ``(start, stop)`` head dims that get PRoPE; must not overlap the MM-RoPE dims [0, 6·rope_freq_dim).
-    camera_head_dims: tuple[int, int] = (96, 128)
-
-    def __post_init__(self) -> None:
-        self.patch_size = tuple(self.patch_size)
-        self.camera_head_dims = tuple(self.camera_head_dims)
-
-    @classmethod
-    def tiny(cls) -> "MiniMaxH3Config":
-        """2 layers, 2 heads x 128 (MM-RoPE [0:96), PRoPE [96:128)), hidden 256, patchify codec, hashing text."""
-        return cls()
-
-    @classmethod
-    def published(cls) -> "MiniMaxH3Config":
-        """The H3 Omni Transformer (33.1 B): 50 layers, 56 heads x 128, hidden 5376, ffn 14336, Qwen 5120-d rows."""
-        return cls(
-            num_layers=50, num_refiner_layers=2, num_attention_heads=56, attention_head_dim=128, hidden_size=5376,
-            ffn_dim=14336, audio_in_channels=32, text_dim=5120, freq_dim=256, time_embed_hidden_dim=5376,
-            time_embed_dim=2688, rope_freq_dim=16, codec="h3_vae", vae_config="h3", text_encoder="none",
-            text_max_length=512, audio_rows=math.ceil(158 / 24.0 * 40.0), shift=12.0,
-        )
-
-    def transformer_kwargs(self, in_channels: int) -> dict[str, Any]:
-        """Keyword arguments of ``MiniMaxH3Transformer3DModel`` for this config."""
-        return dict(
-            num_attention_heads=self.num_attention_heads, attention_head_dim=self.attention_head_dim,
-            hidden_size=self.hidden_size, num_layers=self.num_layers, num_refiner_layers=self.num_refiner_layers,
-            ffn_dim=self.ffn_dim, in_channels=in_channels, audio_in_channels=self.audio_in_channels,
-            patch_size=self.patch_size, text_dim=self.text_dim, freq_dim=self.freq_dim,
-            time_embed_hidden_dim=self.time_embed_hidden_dim, time_embed_dim=self.time_embed_dim,
-            rope_freq_dim=self.rope_freq_dim,
-        )
-
 
 # ---------------------------------------------------------------------------------------------- adapter
 class MiniMaxH3Adapter(BackboneAdapter):
@@ -205,8 +132,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
     timestep_scale = 1.0  # native t = 1 - sigma, unscaled
     frames_per_block = 5
     window_blocks = 6
-    #: ``cond`` entries indexed ``[B, f, ...]`` (sliced per causal block); the anchor is not one of them.
-    per_frame_conditions: ClassVar[tuple[str, ...]] = ("c2w", "K")
+    dense_masks_only = True  # the prefix masks are built densely around the video-row mask
     missing_text_message = "batch has no 'text_embeds' (the Qwen caption/image rows) and text_encoder='none'"
     #: Teacher-forcing mask as a FlexAttention ``BlockMask`` (True), a dense bool mask (False) or by device
     #: (None: BlockMask on CUDA, where a dense mask of the published layout, ~96.5k rows, would take ~9 GB).
@@ -220,13 +146,12 @@ class MiniMaxH3Adapter(BackboneAdapter):
         device: str | None = None,
         lora: LoRAConfig | None = None,
     ) -> None:
-        super().__init__()
-        if config is None:
-            config = MiniMaxH3Config.tiny() if preset == "tiny" else MiniMaxH3Config.published()
-        self.require_weights(preset, pretrained_path, device)
-        self.config = config = dataclasses.replace(config)
-        if config.patch_size[0] != 1 or config.patch_size[1] != config.patch_size[2]:
-            raise AdapterError(f"{self.route}: patch_size must be (1, p, p), got {config.patch_size}")
+        super().__init__(config=config, preset=preset, pretrained_path=pretrained_path, device=device, lora=lora)
+
+    # ------------------------------------------------------------------ building
+    def check_config(self, config: MiniMaxH3Config) -> None:
+        """Patch ``(1, p, p)``; PRoPE dims after the MM-RoPE dims, a multiple of 4 long."""
+        super().check_config(config)
         rotary = 6 * config.rope_freq_dim
         start, stop = config.camera_head_dims
         if not (rotary <= start < stop <= config.attention_head_dim and (stop - start) % 4 == 0):
@@ -234,41 +159,31 @@ class MiniMaxH3Adapter(BackboneAdapter):
                 f"{self.route}: camera_head_dims {config.camera_head_dims} must lie in [{rotary}, "
                 f"{config.attention_head_dim}) (after the MM-RoPE dims) with a length divisible by 4"
             )
-        self.patch_size = config.patch_size[1]
-        self.shift = config.shift
-        root = Path(pretrained_path) if pretrained_path is not None else None
-        if root is not None and not root.is_dir():
-            raise AdapterError(f"{self.route}: pretrained_path {root} does not exist")
-        self.check_pretrained_export(root)
 
-        build = torch.device(device) if device is not None else contextlib.nullcontext()
-        with build:
-            self.codec = self._build_codec(root)
-            self.temporal_compression = 4
-            self.spatial_compression = self.codec.spatial_compression
-            self.latent_channels = self.codec.latent_channels
-            self.transformer = self._build_transformer(root)
-        self.text_encoder = (
-            HashingTextEncoder(config.text_dim, max_length=config.text_max_length)
-            if config.text_encoder == "hashing" else None
-        )
-        if config.text_encoder not in ("hashing", "none"):
-            raise AdapterError(f"{self.route}: unknown text_encoder {config.text_encoder!r}; expected 'hashing' or 'none'")
+    def _build_model(self, root: Path | None, meta: bool) -> None:
+        expected = self.config.transformer_kwargs(self.codec.latent_channels)
+        layout = "transformer/ (and vae/ for codec='h3_vae')"
+        self.transformer = load_transformer(self.route, MiniMaxH3Transformer3DModel, root, expected, None, layout)
+
+    def _build_text_encoder(self, root: Path | None, meta: bool) -> torch.nn.Module | None:
+        cfg = self.config
+        if cfg.text_encoder not in ("hashing", "none"):
+            raise AdapterError(f"{self.route}: unknown text_encoder {cfg.text_encoder!r}; expected 'hashing' or 'none'")
+        return HashingTextEncoder(cfg.text_dim, max_length=cfg.text_max_length) if cfg.text_encoder == "hashing" else None
+
+    def _build_extras(self, root: Path | None, device: str | None) -> None:
         self.register_buffer("silence", self._silence(), persistent=False)
 
-        self.codec.requires_grad_(False).eval()
-        if self.text_encoder is not None:
-            self.text_encoder.requires_grad_(False).eval()
+    def install_processors(self) -> None:
+        """PRoPE on every block's attention; the rotary hook carries the context; the text refiner unfolds the batch."""
         for index, block in enumerate(self.transformer.transformer_blocks):
-            block.attn.set_processor(H3PRoPEAttnProcessor(config.camera_head_dims, layer_index=index))
+            block.attn.set_processor(H3PRoPEAttnProcessor(self.config.camera_head_dims, layer_index=index))
         self.transformer.rope.register_forward_hook(attach_h3_context)
         self.transformer.rope._solarwm_context = None
         self._fold = 1  # documents folded into the packed sequence of the current call
         self.transformer.token_refiner.register_forward_pre_hook(self._unfold_text)
         self.transformer.token_refiner.register_forward_hook(self._fold_text)
-        self.enable_lora(lora)
 
-    # ------------------------------------------------------------------ building
     def _build_codec(self, root: Path | None) -> torch.nn.Module:
         cfg = self.config
         if cfg.codec == "h3_patchify":
@@ -283,11 +198,6 @@ class MiniMaxH3Adapter(BackboneAdapter):
         else:
             vae = AutoencoderKLMiniMaxH3(**VAE_CONFIGS[cfg.vae_config])
         return H3VAECodec(vae)
-
-    def _build_transformer(self, root: Path | None) -> MiniMaxH3Transformer3DModel:
-        expected = self.config.transformer_kwargs(self.codec.latent_channels)
-        layout = "transformer/ (and vae/ for codec='h3_vae')"
-        return load_transformer(self.route, MiniMaxH3Transformer3DModel, root, expected, None, layout)
 
     def _silence(self) -> torch.Tensor:
         cfg = self.config
@@ -436,6 +346,23 @@ class MiniMaxH3Adapter(BackboneAdapter):
         both = torch.cat([origin_c2w.to(c2w.device, torch.float64), c2w.to(torch.float64)], 1)
         return BackboneAdapter.window_viewmats(both, 0)[:, 1:]
 
+    def run_transformer(
+        self,
+        x: torch.Tensor,
+        sigma_per_frame: torch.Tensor,
+        r_per_frame: torch.Tensor | None,
+        cond: dict[str, Any],
+        context: tuple[H3AttentionContext, torch.Tensor],
+        copies: int = 1,
+    ) -> torch.Tensor:
+        """H3 on ``x [B, C, F, h, w]`` at native times ``t = 1 - sigma`` (and ``1 - r``): its native output."""
+        context, positions = context
+        _, _, frames, h, w = x.shape
+        grid = (h // self.patch_size, w // self.patch_size)
+        r_native = None if r_per_frame is None else 1.0 - r_per_frame.float()
+        out = self._run(self._patchify(x), 1.0 - sigma_per_frame.float(), r_native, positions, cond, grid, context)
+        return self._unpatchify(out, frames, h, w)
+
     def _run(
         self,
         video_rows: torch.Tensor,
@@ -482,8 +409,6 @@ class MiniMaxH3Adapter(BackboneAdapter):
         audio_idx = (offsets + local[num_text + tpf : p]).reshape(-1)
 
         if video_r is not None:
-            if self.delta_embedding is None:
-                raise AdapterError(f"{self.route}: r_per_frame given but the flow map is not enabled (enable_flow_map)")
             self._flow_map_r = torch.cat([fixed, video_r.to(device, torch.float32)], 1).reshape(-1)
         dtype = self.transformer.dtype
         silence = self.silence.to(device).expand(b, -1, -1)
@@ -552,68 +477,49 @@ class MiniMaxH3Adapter(BackboneAdapter):
         """H3's native velocity ``d x_t / d t = x0 - eps`` (t = 1 clean) -> the contract target ``eps - x0``."""
         return -native
 
-    def forward(
-        self,
-        x_t: torch.Tensor,
-        sigma_per_frame: torch.Tensor,
-        cond: dict[str, Any],
-        attn_mask: torch.Tensor | None = None,
-        kv_cache: KVCache | None = None,
-        commit: bool = False,
-        r_per_frame: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Prediction ``[B, C, f, h, w]`` in the contract's ``eps - x0`` space; see ``BackboneAdapter.forward``.
+    def native_output(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
+        """The contract's ``eps - x0`` from H3's native velocity (its t = 1 - sigma convention stays inside)."""
+        return self.native_velocity_to_target(out)
 
-        Inside: native ``t = 1 - sigma``, output ``-(x0 - eps)``. ``attn_mask`` masks video rows among
-        themselves (prefix rows stay visible to all video rows; with a mask, prefix rows see only the prefix).
-        """
-        self._check_input(x_t, sigma_per_frame, cond)
-        if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
-            raise AdapterError(f"{self.route}: attn_mask must be a dense bool tensor (FlexAttention masks are not supported)")
-        self._check_cache_call(attn_mask, kv_cache, commit)
-        b, _, f, h, w = x_t.shape
-        grid = (h // self.patch_size, w // self.patch_size)
+    def _layout(self, x: torch.Tensor, cond: dict[str, Any]) -> tuple[tuple[int, int], int, int, int]:
+        """``(grid, rows per frame, text rows, prefix rows)`` of latents ``x [B, C, f, h, w]``."""
+        grid = (x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size)
         tpf = grid[0] * grid[1]
         num_text = cond["text_embeds"].shape[1]
-        p = num_text + tpf + self.config.audio_rows
-        image_size = tuple(cond["image_size"])
-        device = x_t.device
-        if kv_cache is None:
-            origin_c2w, origin_K = cond["c2w"][:, :1], cond["K"][:, :1]
-            pv, pk = self._prefix_cameras(origin_K, num_text, tpf, image_size)
-            viewmats = torch.cat([pv, self._relative_viewmats(cond["c2w"], origin_c2w).repeat_interleave(tpf, 1)], 1)
-            K = torch.cat([pk, cond["K"].float().repeat_interleave(tpf, 1)], 1)
-            context = H3AttentionContext(b, viewmats, K, image_size, attn_mask=self._full_mask(attn_mask, p))
-            positions = self._video_positions(torch.arange(f), num_text, grid, device)
-        else:
-            context, positions = self._cached_context(cond, kv_cache, f, grid, num_text, commit)
-        r_native = None if r_per_frame is None else 1.0 - r_per_frame.float()
-        out = self._cached_call(
-            lambda: self._run(self._patchify(x_t), 1.0 - sigma_per_frame.float(), r_native, positions, cond, grid, context),
-            cond, kv_cache, commit,
-        )
-        return self.native_velocity_to_target(self._unpatchify(out, f, h, w))
+        return grid, tpf, num_text, num_text + tpf + self.config.audio_rows
 
-    def _cached_context(
-        self, cond: dict[str, Any], cache: KVCache, f: int, grid: tuple[int, int], num_text: int, commit: bool
+    def attention_context(
+        self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None
+    ) -> tuple[H3AttentionContext, torch.Tensor]:
+        """``[prefix | video]`` with cameras relative to frame 0; ``attn_mask`` masks video rows among themselves
+        (prefix rows stay visible to all video rows; with a mask, prefix rows see only the prefix)."""
+        grid, tpf, num_text, p = self._layout(x_t, cond)
+        image_size = tuple(cond["image_size"])
+        origin_c2w, origin_K = cond["c2w"][:, :1], cond["K"][:, :1]
+        pv, pk = self._prefix_cameras(origin_K, num_text, tpf, image_size)
+        viewmats = torch.cat([pv, self._relative_viewmats(cond["c2w"], origin_c2w).repeat_interleave(tpf, 1)], 1)
+        K = torch.cat([pk, cond["K"].float().repeat_interleave(tpf, 1)], 1)
+        context = H3AttentionContext(x_t.shape[0], viewmats, K, image_size, attn_mask=self._full_mask(attn_mask, p))
+        return context, self._video_positions(torch.arange(x_t.shape[2]), num_text, grid, x_t.device)
+
+    def cached_attention_context(
+        self, x_t: torch.Tensor, cond: dict[str, Any], window: CacheWindow, cache: KVCache, commit: bool
     ) -> tuple[H3AttentionContext, torch.Tensor]:
         """Queries ``[prefix | block]``; keys ``[prefix | cached window | block]`` at window-local video positions."""
-        tpf = grid[0] * grid[1]
+        grid, tpf, num_text, _ = self._layout(x_t, cond)
         device = cond["c2w"].device
         image_size = tuple(cond["image_size"])
         origin = getattr(cache, "h3_origin", None)
         if origin is None:  # the rollout's first block defines the origin (anchor camera, viewmat reference)
             origin = cache.h3_origin = (cond["c2w"][:, :1].detach().to(torch.float64), cond["K"][:, :1].detach().float())
         origin_c2w, origin_K = origin
-        window_c2w = cond["c2w"] if cache.c2w is None else torch.cat([cache.c2w.to(device), cond["c2w"].to(torch.float64)], 1)
-        window_K = cond["K"] if cache.K is None else torch.cat([cache.K.to(device), cond["K"]], 1)
-        width = window_c2w.shape[1]
-        rel = self._relative_viewmats(window_c2w, origin_c2w)
+        start, width, f = window.start, window.width, window.frames
+        rel = self._relative_viewmats(window.c2w, origin_c2w)
         pv, pk = self._prefix_cameras(origin_K.to(device), num_text, tpf, image_size)
-        q_view = torch.cat([pv, rel[:, width - f :].repeat_interleave(tpf, 1)], 1)
-        q_K = torch.cat([pk, window_K[:, width - f :].float().repeat_interleave(tpf, 1)], 1)
+        q_view = torch.cat([pv, rel[:, start:].repeat_interleave(tpf, 1)], 1)
+        q_K = torch.cat([pk, window.K[:, start:].float().repeat_interleave(tpf, 1)], 1)
         kv_view = torch.cat([pv, rel.repeat_interleave(tpf, 1)], 1)
-        kv_K = torch.cat([pk, window_K.float().repeat_interleave(tpf, 1)], 1)
+        kv_K = torch.cat([pk, window.K.float().repeat_interleave(tpf, 1)], 1)
         prefix = self._prefix_layout(num_text, grid, device)
         p = prefix["positions"].shape[0]
         window_positions = self._video_positions(torch.arange(width), num_text, grid, device)
@@ -625,23 +531,12 @@ class MiniMaxH3Adapter(BackboneAdapter):
             cond["c2w"].shape[0], q_view, q_K, image_size, attn_mask=mask, prefix_rows=p, cache=cache, commit=commit,
             kv_viewmats=kv_view, kv_K=kv_K, kv_position_ids=kv_positions,
         )
-        return context, window_positions[(width - f) * tpf :]
+        return context, window_positions[start * tpf :]
 
-    def forward_teacher_forcing(
-        self,
-        x_clean: torch.Tensor,
-        x_noisy: torch.Tensor,
-        sigma_per_frame: torch.Tensor,
-        cond: dict[str, Any],
-        r_per_frame: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Prediction for ``x_noisy`` on ``[prefix | clean | noisy]`` (reference §1.3); see ``BackboneAdapter``."""
-        self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
-        b, _, f, h, w = x_noisy.shape
-        grid = (h // self.patch_size, w // self.patch_size)
-        tpf = grid[0] * grid[1]
-        num_text = cond["text_embeds"].shape[1]
-        p = num_text + tpf + self.config.audio_rows
+    def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> tuple[H3AttentionContext, torch.Tensor]:
+        """``[prefix | clean | noisy]`` (reference §1.3): both copies share positions and cameras."""
+        grid, tpf, num_text, p = self._layout(x_noisy, cond)
+        b, f = x_noisy.shape[0], x_noisy.shape[2]
         image_size = tuple(cond["image_size"])
         device = x_noisy.device
         flex = self.flex_masks if self.flex_masks is not None else device.type == "cuda"
@@ -655,18 +550,9 @@ class MiniMaxH3Adapter(BackboneAdapter):
         pv, pk = self._prefix_cameras(origin_K, num_text, tpf, image_size)
         rel = self._relative_viewmats(cond["c2w"], origin_c2w).repeat_interleave(tpf, 1)
         vK = cond["K"].float().repeat_interleave(tpf, 1)
-        context = H3AttentionContext(
-            b, torch.cat([pv, rel, rel], 1), torch.cat([pk, vK, vK], 1), image_size,
-            attn_mask=mask,
-        )
+        context = H3AttentionContext(b, torch.cat([pv, rel, rel], 1), torch.cat([pk, vK, vK], 1), image_size, attn_mask=mask)
         frames = torch.arange(f)
-        positions = self._video_positions(torch.cat([frames, frames]), num_text, grid, device)
-        ones = torch.ones_like(sigma_per_frame, dtype=torch.float32)
-        t_full = torch.cat([ones, 1.0 - sigma_per_frame.float()], 1)  # clean copy at native t = 1
-        r_full = None if r_per_frame is None else torch.cat([ones, 1.0 - r_per_frame.float()], 1)  # r_clean = t_clean
-        rows = self._patchify(torch.cat([x_clean, x_noisy], 2))
-        out = self._run(rows, t_full, r_full, positions, cond, grid, context)
-        return self.native_velocity_to_target(self._unpatchify(out[:, f * tpf :], f, h, w))
+        return context, self._video_positions(torch.cat([frames, frames]), num_text, grid, device)
 
     # ------------------------------------------------------------------ AnyFlow flow map
     def time_embedding(self) -> torch.nn.Module:

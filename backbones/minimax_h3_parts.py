@@ -8,8 +8,9 @@ video rows, the KV cache on video rows). The adapter (``solarwm.backbones.minima
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import torch
 from diffusers import AutoencoderKLMiniMaxH3
@@ -18,8 +19,8 @@ from diffusers.models.transformers.transformer_minimax_h3 import _apply_rotary_e
 from solarwm.backbones.base import AdapterError
 from solarwm.backbones.codecs import CodecError, PatchifyCodec
 from solarwm.backbones.wan_attention import ContextRotary
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.prope import prope_attention
-from solarwm.rollout.cache import KVCache
 
 #: H3 modality tags (``MINIMAX_H3_MODALITY_NUM`` = 3 in diffusers).
 TAG_VIDEO, TAG_TEXT, TAG_AUDIO = 0, 1, 2
@@ -256,3 +257,74 @@ class H3PRoPEAttnProcessor:
         out = out.transpose(1, 2).reshape(1, b * rows, -1).type_as(query)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)
+
+
+# ---------------------------------------------------------------------------------------------- config
+@dataclass
+class MiniMaxH3Config:
+    """Config of the route; ``published()`` is the 33B H3 Omni Transformer, ``tiny()`` the same classes for a CPU."""
+
+    num_layers: int = 2
+    num_refiner_layers: int = 1
+    num_attention_heads: int = 2
+    attention_head_dim: int = 128
+    hidden_size: int = 256
+    ffn_dim: int = 512
+    audio_in_channels: int = 8
+    patch_size: tuple[int, int, int] = (1, 2, 2)
+    text_dim: int = 32
+    freq_dim: int = 32
+    time_embed_hidden_dim: int = 128
+    time_embed_dim: int = 64
+    rope_freq_dim: int = 16
+    #: ``h3_patchify``: lossless, H3's cadence (embedded default); ``h3_vae``: AutoencoderKLMiniMaxH3.
+    codec: Literal["h3_vae", "h3_patchify"] = "h3_patchify"
+    patchify_spatial: int = 2
+    #: AutoencoderKLMiniMaxH3 config used when no ``pretrained_path`` gives ``vae/``: ``h3`` or ``tiny``.
+    vae_config: Literal["h3", "tiny"] = "tiny"
+    #: ``hashing``: HashingTextEncoder (embedded default); ``none``: batches carry precomputed Qwen ``text_embeds``.
+    text_encoder: Literal["hashing", "none"] = "hashing"
+    text_max_length: int = 16
+    #: Silent audio rows (a permanent condition, zero loss) and their source (None: zeros).
+    audio_rows: int = 4
+    audio_silence_path: str | None = None
+    #: AudioVAE latents per second and the video frame rate (time-align the audio rows' positions).
+    audio_latents_per_second: float = 40.0
+    fps: float = 24.0
+    #: Native H3 times of the condition rows (t = 1 clean): anchor (keyframe_timestep) and audio.
+    anchor_t: float = 0.999
+    audio_t: float = 1.0
+    #: Flow timestep shift on sigma (H3: 12).
+    shift: float = 3.0
+    #: ``(start, stop)`` head dims that get PRoPE; must not overlap the MM-RoPE dims [0, 6·rope_freq_dim).
+    camera_head_dims: tuple[int, int] = (96, 128)
+
+    def __post_init__(self) -> None:
+        self.patch_size = tuple(self.patch_size)
+        self.camera_head_dims = tuple(self.camera_head_dims)
+
+    @classmethod
+    def tiny(cls) -> "MiniMaxH3Config":
+        """2 layers, 2 heads x 128 (MM-RoPE [0:96), PRoPE [96:128)), hidden 256, patchify codec, hashing text."""
+        return cls()
+
+    @classmethod
+    def published(cls) -> "MiniMaxH3Config":
+        """The H3 Omni Transformer (33.1 B): 50 layers, 56 heads x 128, hidden 5376, ffn 14336, Qwen 5120-d rows."""
+        return cls(
+            num_layers=50, num_refiner_layers=2, num_attention_heads=56, attention_head_dim=128, hidden_size=5376,
+            ffn_dim=14336, audio_in_channels=32, text_dim=5120, freq_dim=256, time_embed_hidden_dim=5376,
+            time_embed_dim=2688, rope_freq_dim=16, codec="h3_vae", vae_config="h3", text_encoder="none",
+            text_max_length=512, audio_rows=math.ceil(158 / 24.0 * 40.0), shift=12.0,
+        )
+
+    def transformer_kwargs(self, in_channels: int) -> dict[str, Any]:
+        """Keyword arguments of ``MiniMaxH3Transformer3DModel`` for this config."""
+        return dict(
+            num_attention_heads=self.num_attention_heads, attention_head_dim=self.attention_head_dim,
+            hidden_size=self.hidden_size, num_layers=self.num_layers, num_refiner_layers=self.num_refiner_layers,
+            ffn_dim=self.ffn_dim, in_channels=in_channels, audio_in_channels=self.audio_in_channels,
+            patch_size=self.patch_size, text_dim=self.text_dim, freq_dim=self.freq_dim,
+            time_embed_hidden_dim=self.time_embed_hidden_dim, time_embed_dim=self.time_embed_dim,
+            rope_freq_dim=self.rope_freq_dim,
+        )

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from solarwm.backbones.base import AdapterError
+from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.prope import prope_attention
-from solarwm.rollout.cache import KVCache
 
 
 class WanAttentionError(AdapterError):

@@ -14,8 +14,6 @@ latent frame (cameras ``c2w``/``K``; the I2V route's ``y``); a causal rollout ha
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -23,14 +21,12 @@ from typing import Any, ClassVar, Literal
 import torch
 from diffusers import AutoencoderKLWan, WanTransformer3DModel
 
-from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.codecs import PatchifyCodec, WanVAECodec
-from solarwm.backbones.lora import LoRAConfig
 from solarwm.backbones.pretrained import load_transformer
 from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder
 from solarwm.backbones.wan_attention import AttentionContext, PRoPEWanAttnProcessor, attach_context
-from solarwm.kernels.masks import causal_mask
-from solarwm.rollout.cache import KVCache
+from solarwm.kernels.kv_cache import KVCache
 
 
 @dataclass
@@ -108,53 +104,17 @@ class WanAdapterBase(BackboneAdapter):
     vae_configs: ClassVar[dict[str, dict[str, Any]]] = {}
     #: Spatial factor the route's VAE must have (Wan2.2 VAE: 16, Wan2.1 VAE: 8).
     vae_spatial_compression: ClassVar[int] = 16
-    #: ``cond`` entries indexed ``[B, f, ...]`` by latent frame (sliced per block by a causal rollout).
-    per_frame_conditions: ClassVar[tuple[str, ...]] = ("c2w", "K")
     timestep_scale = 1000.0
     patch_size = 2
 
-    def __init__(
-        self,
-        config: WanRouteConfig | None = None,
-        preset: Literal["tiny", "published"] = "tiny",
-        pretrained_path: str | None = None,
-        device: str | None = None,
-        lora: LoRAConfig | None = None,
-    ) -> None:
-        super().__init__()
-        if config is None:
-            config = self.config_class.tiny() if preset == "tiny" else self.config_class.published()
-        self.require_weights(preset, pretrained_path, device)
-        self.config = config = dataclasses.replace(config)
-        if config.patch_size[0] != 1 or config.patch_size[1] != config.patch_size[2]:
-            raise AdapterError(f"{self.route}: patch_size must be (1, p, p), got {config.patch_size}")
-        self.patch_size = config.patch_size[1]
-        self.shift = config.shift
-        root = Path(pretrained_path) if pretrained_path is not None else None
-        if root is not None and not root.is_dir():
-            raise AdapterError(f"{self.route}: pretrained_path {root} does not exist")
-        self.check_pretrained_export(root)
-
-        build = torch.device(device) if device is not None else contextlib.nullcontext()
-        with build:
-            self.codec = self._build_codec(root)
-            self.temporal_compression = self.codec.temporal_compression
-            self.spatial_compression = self.codec.spatial_compression
-            self.latent_channels = self.codec.latent_channels
-            self.transformer = self._build_transformer(root)
-        self.text_encoder = self._build_text_encoder(root)
-
-        # Only the transformer trains (fused-PRoPE adds no weights); codec and text encoder are frozen.
-        self.codec.requires_grad_(False).eval()
-        if self.text_encoder is not None:
-            self.text_encoder.requires_grad_(False).eval()
+    # ------------------------------------------------------------------ building
+    def install_processors(self) -> None:
+        """Fused PRoPE on every ``attn1`` (fused-PRoPE adds no weights); the rotary hook carries the context."""
         for index, block in enumerate(self.transformer.blocks):
-            block.attn1.set_processor(PRoPEWanAttnProcessor(config.camera_head_dims, layer_index=index))
+            block.attn1.set_processor(PRoPEWanAttnProcessor(self.config.camera_head_dims, layer_index=index))
         self.transformer.rope.register_forward_hook(attach_context)
         self.transformer.rope._solarwm_context = None
-        self.enable_lora(lora)
 
-    # ------------------------------------------------------------------ building
     def transformer_channels(self) -> tuple[int, int]:
         """``(in_channels, out_channels)`` of the transformer; default: the latent channels both ways."""
         return self.latent_channels, self.latent_channels
@@ -185,12 +145,12 @@ class WanAdapterBase(BackboneAdapter):
             )
         return WanVAECodec(vae)
 
-    def _build_transformer(self, root: Path | None) -> WanTransformer3DModel:
+    def _build_model(self, root: Path | None, meta: bool) -> None:
         expected = self.config.transformer_kwargs(*self.transformer_channels())
         layout = "transformer/ (and vae/ for codec='wan_vae')"
-        return load_transformer(self.route, WanTransformer3DModel, root, expected, _CHECKED_KEYS, layout)
+        self.transformer = load_transformer(self.route, WanTransformer3DModel, root, expected, _CHECKED_KEYS, layout)
 
-    def _build_text_encoder(self, root: Path | None) -> torch.nn.Module | None:
+    def _build_text_encoder(self, root: Path | None, meta: bool) -> torch.nn.Module | None:
         cfg = self.config
         if cfg.text_encoder == "none":
             return None
@@ -227,22 +187,35 @@ class WanAdapterBase(BackboneAdapter):
         return None
 
     # ------------------------------------------------------------------ model call
-    def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
-        if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
-            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
-        b, _, f = x_t.shape[:3]
-        if sigma_per_frame.shape != (b, f):
-            raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
-        for name in self.per_frame_conditions:
-            if name not in cond:
-                raise AdapterError(f"{self.route}: cond has no {name!r} (build cond with prepare_conditions)")
-            if tuple(cond[name].shape[:2]) != (b, f):
-                raise AdapterError(
-                    f"{self.route}: cond[{name!r}] covers {tuple(cond[name].shape[:2])} (batch, latent frames), "
-                    f"latents are ({b}, {f})"
-                )
+    def attention_context(self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None) -> AttentionContext:
+        """All frames at positions ``0..f-1``, cameras relative to the first."""
+        return AttentionContext(
+            self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
+            positions=torch.arange(x_t.shape[2]), attn_mask=attn_mask,
+        )
 
-    def _run(
+    def cached_attention_context(
+        self, x_t: torch.Tensor, cond: dict[str, Any], window: CacheWindow, cache: KVCache, commit: bool
+    ) -> AttentionContext:
+        """Window = cached frames then the query block, at positions 0..W-1, cameras relative to the query block."""
+        start, width = window.start, window.width
+        viewmats = self.window_viewmats(window.c2w, start)
+        return AttentionContext(
+            viewmats[:, start:], window.K[:, start:], tuple(cond["image_size"]),
+            positions=torch.arange(start, width), cache=cache, commit=commit,
+            kv_viewmats=viewmats, kv_K=window.K, kv_positions=torch.arange(width),
+        )
+
+    def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> AttentionContext:
+        """Both copies at positions ``0..f-1`` with the same cameras, under the teacher-forcing mask."""
+        viewmats = self.window_viewmats(cond["c2w"], 0)
+        positions = torch.arange(x_noisy.shape[2])
+        return AttentionContext(
+            torch.cat([viewmats, viewmats], 1), torch.cat([cond["K"], cond["K"]], 1), tuple(cond["image_size"]),
+            positions=torch.cat([positions, positions]), attn_mask=self.teacher_forcing_mask(x_noisy),
+        )
+
+    def run_transformer(
         self,
         x: torch.Tensor,
         sigma_per_frame: torch.Tensor,
@@ -253,10 +226,8 @@ class WanAdapterBase(BackboneAdapter):
     ) -> torch.Tensor:
         """The diffusers transformer on ``x [B, C, f, h, w]``: per-token timesteps ``1000·sigma`` of each frame.
 
-        ``copies``: ``x`` holds the per-frame conditions' frames that many times over (teacher forcing: 2).
+        The per-frame channel conditions (I2V: ``y``) are repeated ``copies`` times along the frames.
         """
-        if r_per_frame is not None and self.delta_embedding is None:
-            raise AdapterError(f"{self.route}: r_per_frame given but the flow map is not enabled (enable_flow_map)")
         extra = self.channel_conditions(cond)
         if extra is not None:
             x_in = torch.cat([x, torch.cat([extra.to(x.dtype)] * copies, 2)], 1)
@@ -279,73 +250,6 @@ class WanAdapterBase(BackboneAdapter):
             rope._solarwm_context = None
             self._flow_map_r = None
         return out.to(x.dtype)
-
-    def forward(
-        self,
-        x_t: torch.Tensor,
-        sigma_per_frame: torch.Tensor,
-        cond: dict[str, Any],
-        attn_mask: torch.Tensor | None = None,
-        kv_cache: KVCache | None = None,
-        commit: bool = False,
-        r_per_frame: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Flow prediction ``[B, C, f, h, w]`` (``eps - x0`` space); see ``BackboneAdapter.forward``."""
-        self._check_input(x_t, sigma_per_frame, cond)
-        self._check_cache_call(attn_mask, kv_cache, commit)
-        f = x_t.shape[2]
-        if kv_cache is None:
-            context = AttentionContext(
-                self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
-                positions=torch.arange(f), attn_mask=attn_mask,
-            )
-        else:
-            context = self._cached_context(cond, kv_cache, f, commit)
-        out = self._cached_call(lambda: self._run(x_t, sigma_per_frame, r_per_frame, cond, context), cond, kv_cache, commit)
-        return self._native(out, x_t, sigma_per_frame)
-
-    def _cached_context(self, cond: dict[str, Any], cache: KVCache, f: int, commit: bool) -> AttentionContext:
-        """Window = cached frames then the query block, at positions 0..W-1, cameras relative to the query block."""
-        window_c2w = cond["c2w"] if cache.c2w is None else torch.cat([cache.c2w.to(cond["c2w"].device), cond["c2w"]], 1)
-        window_K = cond["K"] if cache.K is None else torch.cat([cache.K.to(cond["K"].device), cond["K"]], 1)
-        width = window_c2w.shape[1]
-        viewmats = self.window_viewmats(window_c2w, width - f)
-        return AttentionContext(
-            viewmats[:, width - f :], window_K[:, width - f :], tuple(cond["image_size"]),
-            positions=torch.arange(width - f, width), cache=cache, commit=commit,
-            kv_viewmats=viewmats, kv_K=window_K, kv_positions=torch.arange(width),
-        )
-
-    def forward_teacher_forcing(
-        self,
-        x_clean: torch.Tensor,
-        x_noisy: torch.Tensor,
-        sigma_per_frame: torch.Tensor,
-        cond: dict[str, Any],
-        r_per_frame: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Prediction for ``x_noisy [B, C, f, h, w]`` on ``[clean | noisy]``; see ``BackboneAdapter``.
-
-        Both copies share temporal positions, cameras and the per-frame channel conditions (I2V: ``y``).
-        """
-        self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
-        b, _, f, h, w = x_noisy.shape
-        viewmats = self.window_viewmats(cond["c2w"], 0)
-        mask = causal_mask(
-            "teacher_forcing", f, self.tokens_per_frame(h, w), self.frames_per_block,
-            device=x_noisy.device, max_prior_blocks=self.window_blocks - 1,
-        )
-        positions = torch.arange(f)
-        context = AttentionContext(
-            torch.cat([viewmats, viewmats], 1), torch.cat([cond["K"], cond["K"]], 1), tuple(cond["image_size"]),
-            positions=torch.cat([positions, positions]), attn_mask=mask,
-        )
-        zeros = torch.zeros_like(sigma_per_frame)
-        sigma_full = torch.cat([zeros, sigma_per_frame], 1)
-        # The clean history has r = t = 0 (AnyFlow: r_clean = t_clean).
-        r_full = None if r_per_frame is None else torch.cat([zeros, r_per_frame], 1)
-        out = self._run(torch.cat([x_clean, x_noisy], 2), sigma_full, r_full, cond, context, copies=2)
-        return self._native(out[:, :, f:], x_noisy, sigma_per_frame)
 
     # ------------------------------------------------------------------ AnyFlow flow map
     def time_embedding(self) -> torch.nn.Module:

@@ -31,11 +31,11 @@ import torch
 import yaml
 
 from solarwm.cli import main as solarwm
-from solarwm.cli import parse_size
 from solarwm.data.contract import iter_clip_dirs, update_meta
 from solarwm.data.index import ShardReader, read_index, read_member
 from solarwm.data.sources.synthetic import synth_corpus
 from solarwm.datamodules import WorldDataModule
+from solarwm.util.parsing import parse_size
 
 
 def build(work: Path, clips: int, frames: int, size: str, num_frames: int, view_size: str) -> dict[str, Path]:

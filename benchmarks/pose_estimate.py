@@ -25,10 +25,10 @@ import numpy as np
 
 from solarwm.camera import trajectory as T
 from solarwm.camera.sim3 import trajectory_errors
-from solarwm.cli import parse_size
 from solarwm.data.estimators import EstimationError, get_estimator
 from solarwm.data.sources.render import depth_views
 from solarwm.data.sources.synthetic import make_scene, render_clip, sample_trajectory
+from solarwm.util.parsing import parse_size
 
 OLD = Path(__file__).with_name("pose_estimate_cpu_sfm.jsonl")
 

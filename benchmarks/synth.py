@@ -14,8 +14,8 @@ import json
 import tempfile
 import time
 
-from solarwm.cli import parse_size
 from solarwm.data.sources.synthetic import synth_corpus
+from solarwm.util.parsing import parse_size
 
 
 def run(clips: int, frames: int, width: int, height: int, workers: int, bad_fraction: float) -> dict:

@@ -12,7 +12,7 @@ Two sources of rows, one pipeline (`datamodules.clips`):
   (`solarwm.data.index.read_index`), each with its ``epoch_repeats`` and fixed
   ``start_frame``; ``test_index`` is the validation split.
 * view mode (``latent_view`` [+ ``test_index``]): a latent-cache view of a recipe
-  (`solarwm data latents`, `solarwm.data.latents`): batches carry ``latents``,
+  (`solarwm data latents`, `solarwm.datamodules.latents`): batches carry ``latents``,
   ``text_embeds`` and ``text_mask`` instead of ``video``, so the stage skips ``encode``.
   The view must have this datamodule's window geometry, and the model's route and codec
   (checked at setup and by the stage); ``test_index`` (raw, under ``release_root``) stays
@@ -244,7 +244,7 @@ class WorldDataModule(pl.LightningDataModule):
 
     def _view_rows(self) -> list[Row]:
         """The rows of the latent view, after checking its window geometry against this datamodule's."""
-        from solarwm.data.latents import LatentViewError, read_view
+        from solarwm.datamodules.latents import LatentViewError, read_view
 
         self.view_meta, rows = read_view(self.latent_view)
         mine = {"num_frames": self.num_frames, "width": self.width, "height": self.height, "frame_stride": self.frame_stride}
@@ -263,7 +263,7 @@ class WorldDataModule(pl.LightningDataModule):
         """Refuse a view made for another route or codec than the trainer's model (before the first step)."""
         adapter = self._adapter()
         if adapter is not None and self.view_meta is not None:
-            from solarwm.data.latents import check_view_codec, view_tag
+            from solarwm.datamodules.latents import check_view_codec, view_tag
 
             tag = view_tag(self.view_meta["route"], self.view_meta["codec_hash"])
             check_view_codec(tag, adapter, where=f"latent view {self.latent_view}")

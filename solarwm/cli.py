@@ -32,7 +32,7 @@ DATA_VERBS: dict[str, tuple[str, str]] = {
     "select": ("solarwm.data.policy.cli:select_command", "sort clips into xhigh/high/rejected by a versioned policy"),
     "pack": ("solarwm.data.release:pack_command", "write the raw-wds release (WebDataset shards + index)"),
     "recipe": ("solarwm.data.recipe:recipe_command", "build train/test recipe indices from a release"),
-    "latents": ("solarwm.data.latents:latents_command", "encode a recipe's windows once: the latent-cache model view"),
+    "latents": ("solarwm.datamodules.latents:latents_command", "encode a recipe's windows once: the latent-cache model view"),
     "report": ("solarwm.data.report:report_command", "figures and an HTML page of a corpus or release"),
 }
 CAMERA_VERBS: dict[str, tuple[str, str]] = {
@@ -55,17 +55,6 @@ def _usage() -> str:
     for group, verbs in GROUPS.items():
         lines += ["", f"{group} verbs:"] + [f"  {verb:<10} {help_}" for verb, (_, help_) in verbs.items()]
     return "\n".join(lines)
-
-
-def parse_size(size: str) -> tuple[int, int]:
-    """``"WIDTHxHEIGHT"`` → ``(width, height)`` in pixels, for the ``--size`` options."""
-    try:
-        w, h = (int(v) for v in size.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"size must look like WIDTHxHEIGHT (e.g. 64x64), got {size!r}") from None
-    if w < 1 or h < 1:
-        raise ValueError(f"size must be at least 1x1 pixels, got {size!r}")
-    return w, h
 
 
 def _list_parameters(fn: Callable) -> set[str]:

@@ -12,11 +12,11 @@ import torch
 import yaml
 
 from solarwm.cli import main
-from solarwm.data import latents as view_module
 from solarwm.data.contract import iter_clip_dirs, update_meta
 from solarwm.data.index import read_index
-from solarwm.data.latents import LatentViewError
 from solarwm.data.sources.synthetic import synth_corpus
+from solarwm.datamodules import latents as view_module
+from solarwm.datamodules.latents import LatentViewError
 
 GEOMETRY = dict(num_frames=9, width=32, height=32)
 VIEW_ARGS = ["--route", "wan22_ti2v_5b", "--num-frames", "9", "--width", "32", "--height", "32"]

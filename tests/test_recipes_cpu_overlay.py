@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RECIPES, published_recipes
 from solarwm.backbones.base import read_adapter_json
 from solarwm.train_cli import main
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-ROUTES = ("wan22_5b", "wan22_14b", "ltx25", "minimax_h3")
+ROUTES = tuple(published_recipes())  # recipe prefixes of the registered routes (wan22_5b, ..., minimax_h3)
 STAGES = {"bid": "bidirectional", "tf": "tf_anyflow", "dmd": "dmd"}
 
 

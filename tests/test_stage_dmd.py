@@ -12,8 +12,9 @@ from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfi
 from solarwm.callbacks import EMA
 from solarwm.datamodules import WorldDataModule
 from solarwm.datamodules.world import SynthCorpus
-from solarwm.stages.dmd import DMDModule, dmd_gradient, dmd_surrogate
-from solarwm.stages.objectives import shift_sigmas
+from solarwm.objectives.dmd import dmd_gradient, dmd_surrogate
+from solarwm.objectives.flow_matching import shift_sigmas
+from solarwm.stages.dmd import DMDModule
 
 
 def make_module(**kwargs) -> DMDModule:

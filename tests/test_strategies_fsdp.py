@@ -22,12 +22,12 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from conftest import RECIPES, published_recipes
 from solarwm.backbones.base import AdapterError, route_class
 from solarwm.strategies import RouteFSDPStrategy, transformer_block_class
 from solarwm.train_cli import parse_recipe
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
-ROUTES = {"wan22_5b": "wan22_ti2v_5b", "wan22_14b": "wan22_i2v_14b", "ltx25": "ltx25", "minimax_h3": "minimax_h3"}
+ROUTES = published_recipes()  # recipe prefix -> registered route
 
 
 @pytest.mark.parametrize("stage", ["bid", "tf", "dmd"])

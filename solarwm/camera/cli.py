@@ -7,7 +7,7 @@ from pathlib import Path
 
 from solarwm.camera.patterns import make_pattern, path_length
 from solarwm.camera.trajectory import save_trajectory
-from solarwm.cli import parse_size
+from solarwm.util.parsing import parse_size
 
 
 def trajectory_command(

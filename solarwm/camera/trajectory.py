@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from solarwm.camera.se3 import check_se3
+from solarwm.util.atomic import atomic_path, atomic_write_text
 
 TRAJECTORY_FORMAT = "solarwm.trajectory/1"
 
@@ -204,20 +205,18 @@ def compose_segments(
 def save_trajectory(traj: Trajectory, path: str | Path) -> Path:
     """Write a trajectory as ``.json`` or ``.npz`` (chosen by suffix), atomically."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     if path.suffix == ".json":
         doc = {
             "format": TRAJECTORY_FORMAT, "fps": traj.fps, "width": traj.width, "height": traj.height,
             "c2w": traj.c2w.tolist(), "K": traj.K.tolist(),
         }
-        tmp.write_text(json.dumps(doc))
+        atomic_write_text(path, json.dumps(doc))
     elif path.suffix == ".npz":
-        with open(tmp, "wb") as f:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez(f, c2w=traj.c2w, K=traj.K, fps=np.float64(traj.fps),
                      image_size=np.array([traj.width, traj.height], dtype=np.int64))
     else:
         raise ValueError(f"{path}: trajectory files are .json or .npz")
-    tmp.replace(path)
     return path
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from solarwm.camera.integrity import POSE_UNITS
 from solarwm.camera.se3 import PoseError, check_se3
 from solarwm.data.video import VideoError, probe_video, read_video, write_video
+from solarwm.util.atomic import atomic_write_text
 
 SCHEMA = "solarwm.clip/1"
 # Fixed namespace so clip ids are stable across machines and releases.
@@ -241,16 +242,12 @@ def update_meta(folder: str | Path, fn: Callable[[dict[str, Any]], None]) -> dic
     folder = Path(folder)
     doc = read_meta(folder)
     fn(doc)
-    tmp = folder / f".meta.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    tmp.replace(folder / "meta.json")
+    atomic_write_text(folder / "meta.json", json.dumps(doc, indent=1, sort_keys=True))
     if isinstance(doc.get("caption"), str):  # a mistyped caption is the policy's to reject, not ours to crash on
         prompt = folder / "prompt.txt"
         text = doc["caption"].strip() + "\n"
         if not prompt.exists() or prompt.read_text() != text:
-            tmp_p = folder / f".prompt.txt.{os.getpid()}.tmp"
-            tmp_p.write_text(text)
-            tmp_p.replace(prompt)
+            atomic_write_text(prompt, text)
     return doc
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from solarwm.data.contract import check_alignment
 from solarwm.data.video import VideoError, read_video_bytes
+from solarwm.util.atomic import atomic_path
 
 # Every index row names its sample and the shard holding it; members are the `*_member` fields.
 REQUIRED_FIELDS: tuple[str, ...] = ("sample_id", "shard", "shard_size")
@@ -67,12 +68,9 @@ def _lines(path: Path) -> Iterator[str]:
 def write_rows(path: str | Path, rows: list[dict]) -> Path:
     """Write rows as gzipped JSON lines, atomically and byte-reproducibly (gzip mtime 0)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
         for row in rows:
             gz.write((json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
-    os.replace(tmp, path)
     return path
 
 

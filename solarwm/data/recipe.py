@@ -41,6 +41,7 @@ import yaml
 
 from solarwm.data.index import read_index, write_rows
 from solarwm.data.release import INDEX_PATH, PARTITIONS
+from solarwm.util.atomic import atomic_write_text
 
 SPEC_KEYS = {"name", "version", "description", "owners", "tiers", "repeat", "window", "test_view"}
 WINDOW_KEYS = {"frames", "mode", "count"}
@@ -264,8 +265,6 @@ def recipe_command(release: str, spec: str, out: str) -> int:
     out_path = Path(out)
     write_rows(out_path / "train-index.jsonl.gz", train)
     write_rows(out_path / "test-index.jsonl.gz", test)
-    tmp = out_path / ".report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    tmp.replace(out_path / "report.json")
+    atomic_write_text(out_path / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
     print(json.dumps(report, indent=2))
     return 0

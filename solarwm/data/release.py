@@ -39,6 +39,7 @@ from solarwm.data.accounting import account, outcome
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_clip, read_meta
 from solarwm.data.executor import map_tasks
 from solarwm.data.index import read_rows, write_rows
+from solarwm.util.atomic import atomic_write_bytes
 
 # selection.tier -> physical partition
 PARTITIONS: dict[str, str] = {"xhigh": "kept-xhigh", "high": "kept-high", "rejected": "rejected"}
@@ -70,13 +71,6 @@ class ReleaseError(ValueError):
 def sample_key(sample_id: str) -> str:
     """WebDataset key of a clip id: every character outside ``[A-Za-z0-9_-]`` becomes ``_``."""
     return _KEY_UNSAFE.sub("_", sample_id)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -157,7 +151,7 @@ def _journal_path(out: Path, owner: str, partition: str) -> Path:
 
 def _save_journal(path: Path, owner: str, partition: str, shards: list[dict]) -> None:
     doc = {"owner": owner, "partition": partition, "shards": shards}
-    _atomic_write_bytes(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    atomic_write_bytes(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def _clean_partition(out: Path, owner: str, partition: str, shards: list[dict]) -> list[str]:
@@ -352,6 +346,6 @@ def pack_command(
     summary_bytes = (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode("utf-8")
     summary_path = out_path / SUMMARY_PATH
     if not summary_path.exists() or summary_path.read_bytes() != summary_bytes:
-        _atomic_write_bytes(summary_path, summary_bytes)
+        atomic_write_bytes(summary_path, summary_bytes)
     print(json.dumps({"release": str(out_path), **summary, "written": written, "removed_stray": removed}, indent=2))
     return 0

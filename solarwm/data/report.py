@@ -18,7 +18,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from solarwm.data.index import read_index, read_member  # noqa: E402
 from solarwm.data.policy.spec import COLUMNS, NUMBER, Policy, load_policy  # noqa: E402
 from solarwm.data.policy.table import flatten_meta  # noqa: E402
 from solarwm.data.release import INDEX_PATH, SUMMARY_PATH  # noqa: E402
+from solarwm.util.atomic import atomic_path, atomic_write_text  # noqa: E402
 
 # Outcome columns in display order, and their colours (Figure 4/5 palette: high teal, xhigh green, rejected grey).
 OUTCOME_ORDER = ("kept-xhigh", "kept-high", "rejected", "failed", "pending")
@@ -103,10 +103,11 @@ def _tables(records: list[dict]) -> dict[str, Any]:
 
 def _save(fig: plt.Figure, path: Path) -> None:
     """Save a figure atomically and close it."""
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
 def _stacked_bars(table: dict[str, Counter], title: str, xlabel: str, path: Path) -> None:
@@ -282,9 +283,7 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}td:first-child{{t
 {''.join(f'<h3>{html.escape(o)}</h3><img src="{html.escape(f"metrics_{o}.png")}" alt="metrics of {html.escape(o)}">' for o in metric_columns)}
 </body></html>
 """
-    tmp = out_path / f".index.html.tmp{os.getpid()}"
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out_path / "index.html")
+    atomic_write_text(out_path / "index.html", page)
     summary = {
         "source": str(source), "kind": "corpus" if corpus else "release", "clips": len(records),
         "accounting": accounting_line, "policy": policy if pol else None,
@@ -293,8 +292,6 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}td:first-child{{t
         "reasons": {o: dict(c) for o, c in tables["reasons"].items()},
         "metric_columns": metric_columns, "figures": figures, "html": "index.html",
     }
-    tmp = out_path / f".report.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, out_path / "report.json")
+    atomic_write_text(out_path / "report.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     print(json.dumps(summary, indent=2))
     return 0

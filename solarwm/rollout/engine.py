@@ -31,7 +31,8 @@ from typing import Any, Iterator, Literal
 import torch
 
 from solarwm.backbones.base import BackboneAdapter
-from solarwm.stages.objectives import RandomSource, randn, shift_sigmas
+from solarwm.objectives.flow_matching import shift_sigmas
+from solarwm.objectives.rng import RandomSource, randn
 
 Solver = Literal["renoise", "flowmap"]
 

@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from solarwm.backbones.base import BackboneAdapter
-from solarwm.stages.objectives import SampleRNG
+from solarwm.objectives.rng import SampleRNG
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -131,11 +131,11 @@ class StageModule(pl.LightningModule):
         """Clean latents ``[B, C, f, h, w]``: ``batch["latents"]`` if cached, else ``adapter.encode(video)``.
 
         Latents from a latent view carry ``view_codec`` (``route:codec_hash``); a view made for another
-        route or codec is refused (`solarwm.data.latents.LatentViewError`) instead of trained on.
+        route or codec is refused (`solarwm.datamodules.latents.LatentViewError`) instead of trained on.
         """
         if "latents" in batch:
             if "view_codec" in batch:
-                from solarwm.data.latents import check_view_codec
+                from solarwm.datamodules.latents import check_view_codec
 
                 check_view_codec(batch["view_codec"], self.adapter)
             return batch["latents"].float()

@@ -20,18 +20,17 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from solarwm.backbones.base import BackboneAdapter
-from solarwm.stages.base import NonFiniteLossError, StageModule, WarmupConstantLR, default_optimizer
-
-__all__ = ["BidirectionalModule", "NonFiniteLossError", "WarmupConstantLR", "default_optimizer"]
-from solarwm.stages.objectives import (
+from solarwm.objectives.flow_matching import (
     LossWeighting,
-    RandomSource,
     TimestepSampling,
     loss_weights,
-    randn,
     sample_uniform_u,
     shift_sigmas,
 )
+from solarwm.objectives.rng import RandomSource, randn
+from solarwm.stages.base import NonFiniteLossError, StageModule, WarmupConstantLR, default_optimizer
+
+__all__ = ["BidirectionalModule", "NonFiniteLossError", "WarmupConstantLR", "default_optimizer"]
 
 
 class BidirectionalModule(StageModule):

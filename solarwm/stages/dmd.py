@@ -31,10 +31,12 @@ import torch
 from lightning.pytorch.cli import OptimizerCallable
 
 from solarwm.backbones.base import BackboneAdapter
+from solarwm.objectives.dmd import dmd_gradient, dmd_surrogate
+from solarwm.objectives.flow_matching import shift_sigmas
+from solarwm.objectives.rng import RandomSource, SampleRNG, randint, randn
 from solarwm.rollout.engine import Rollout
 from solarwm.stages.base import StageModule
 from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
-from solarwm.stages.objectives import RandomSource, SampleRNG, randint, randn, shift_sigmas
 
 
 @dataclass
@@ -58,22 +60,6 @@ def student_optimizer(params: Any) -> torch.optim.Optimizer:
 def critic_optimizer(params: Any) -> torch.optim.Optimizer:
     """The reference's critic optimiser: AdamW lr 4e-7, betas (0, 0.999), no weight decay."""
     return torch.optim.AdamW(params, lr=4e-7, betas=(0.0, 0.999), weight_decay=0.0)
-
-
-def dmd_gradient(output: torch.Tensor, fake_x0: torch.Tensor, real_x0: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Normalised DMD gradient ``(fake - real) / mean|output - real|`` per sample, masked, ``[B, C, f, h, w]``."""
-    mask = mask.expand_as(output).float()
-    grad = (fake_x0 - real_x0).float() * mask
-    normalizer = ((output.detach() - real_x0).abs().float() * mask).flatten(1).sum(1) / mask.flatten(1).sum(1).clamp_min(1.0)
-    grad = grad / normalizer.clamp_min(1e-8).view(-1, *([1] * (grad.dim() - 1)))
-    return torch.nan_to_num(grad)
-
-
-def dmd_surrogate(output: torch.Tensor, grad: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``0.5·MSE(output, (output - grad).detach())`` over valid elements: its gradient is ``grad / N``."""
-    target = (output - grad).detach()
-    mask = mask.expand_as(output).float()
-    return 0.5 * (((output.float() - target) ** 2) * mask).sum() / mask.sum().clamp_min(1.0)
 
 
 class DMDModule(CausalGenerateMixin, StageModule):

@@ -4,7 +4,7 @@ The stage-1 model becomes a block-causal flow map. Every step runs the adapter's
 ``[clean | noisy]`` (noisy block i sees clean blocks ``[i-5, i)`` and itself), with one ``(t, r)`` pair
 per sample (50% ``r = t``, 25% ``r = 0``, 25% ``0 < r < t``, the route's shift on both), the r-embedding
 (a copy of the pretrained time embedding, gate 0.25) and the bounded finite-difference target of
-``solarwm.stages.flowmap``. Non-diffusion losses are rescaled to the diffusion losses, then weighted by
+``solarwm.objectives.flow_map``. Non-diffusion losses are rescaled to the diffusion losses, then weighted by
 the Gaussian timestep weight. Cost: 4 forwards per step (5 with the CFG-fused target), 3 fewer when every
 pair has r = t (no finite difference to take).
 
@@ -20,10 +20,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from solarwm.backbones.base import BackboneAdapter
-from solarwm.stages.base import StageModule, WarmupConstantLR, default_optimizer
-from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
-from solarwm.stages.objectives import RandomSource, randn
-from solarwm.stages.flowmap import (
+from solarwm.objectives.flow_map import (
     adaptive_rescale,
     finite_difference_window,
     flow_map_prediction,
@@ -31,6 +28,9 @@ from solarwm.stages.flowmap import (
     pair_kinds,
     sample_time_pairs,
 )
+from solarwm.objectives.rng import RandomSource, randn
+from solarwm.stages.base import StageModule, WarmupConstantLR, default_optimizer
+from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
 
 
 class TFAnyFlowModule(CausalGenerateMixin, StageModule):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from solarwm.data.policy.spec import BOOL, COLUMNS, NUMBER, STR_LIST, TEXT
+from solarwm.util.atomic import atomic_path
 
 # Arrow type of each column kind when a table is built from records.
 _ARROW_TYPES = {NUMBER: pa.float64(), BOOL: pa.bool_(), TEXT: pa.string(), STR_LIST: pa.list_(pa.string())}
@@ -138,12 +138,7 @@ def read_metrics_table(path: str | Path) -> pa.Table:
 def write_tiers(table: pa.Table, path: str | Path) -> Path:
     """Write the engine's tiers table (`clip_id`, `owner`, `tier`, `reasons`) to parquet atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table.select(TIERS_SCHEMA.names).cast(TIERS_SCHEMA), tmp)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 

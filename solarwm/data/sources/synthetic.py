@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from solarwm.camera import trajectory as T
-from solarwm.cli import parse_size
 from solarwm.data.executor import map_tasks
 from solarwm.data.sources.render import RENDERER_VERSION, Material, Scene, depth_views, render_views
+from solarwm.util.parsing import parse_size
 
 OWNER = "synthetic"
 DEFECTS = ("static_camera", "near_black", "count_mismatch", "nan_pose", "fov_out_of_range", "scene_cut")

@@ -46,7 +46,8 @@ from safetensors.torch import save as save_safetensors
 
 from solarwm.data.executor import map_tasks
 from solarwm.data.index import ShardReader, read_index, read_member, write_rows
-from solarwm.data.release import _atomic_write_bytes, _npy_bytes, _npz_bytes, sample_key
+from solarwm.data.release import _npy_bytes, _npz_bytes, sample_key
+from solarwm.util.atomic import atomic_write_bytes
 
 VIEW_SCHEMA = "solarwm.latent-view/1"
 INDEX_NAME = "index.jsonl.gz"
@@ -302,7 +303,7 @@ def build_view(
     def save_journal() -> None:
         doc = {"schema": VIEW_SCHEMA, "settings": settings, "codec_hash": hash_,
                "shards": [shards[n] for n in sorted(shards)]}
-        _atomic_write_bytes(journal_path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+        atomic_write_bytes(journal_path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
     out_path.mkdir(parents=True, exist_ok=True)
     errors = []
@@ -331,7 +332,7 @@ def build_view(
     data = (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode("utf-8")
     view_json = out_path / VIEW_JSON
     if not view_json.exists() or view_json.read_bytes() != data:
-        _atomic_write_bytes(view_json, data)
+        atomic_write_bytes(view_json, data)
     return {**summary, "removed_stray": removed, "written_shards": len(tasks)}
 
 

@@ -17,7 +17,8 @@ import math
 
 import torch
 
-from solarwm.stages.objectives import RandomSource, rand, shift_sigmas
+from solarwm.objectives.flow_matching import shift_sigmas
+from solarwm.objectives.rng import RandomSource, rand
 
 #: Fractional part of the golden ratio: a low-discrepancy sequence over logical sample indices.
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0

@@ -1,0 +1,57 @@
+"""Fixtures and per-route test configuration shared by the test files.
+
+``ROUTE_TEST_CLIPS`` is a route's *test config*: the clip the contract suite (``tests/test_route_contract.py``)
+runs it on. A new route adds one entry here (the suite fails for a registered route without one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from solarwm.backbones.export import ROUTES
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+
+#: Route -> the contract clip: ``num_frames`` on the route's frame rule giving at least two causal blocks,
+#: ``height`` x ``width`` pixels, ``batch`` samples (H3 folds a batch of 2 into one packed sequence).
+ROUTE_TEST_CLIPS: dict[str, dict[str, int]] = {
+    "wan22_ti2v_5b": {"num_frames": 4 * 5 + 1, "height": 32, "width": 32, "batch": 1},  # 6 latents = 2 blocks
+    "wan22_i2v_14b": {"num_frames": 4 * 5 + 1, "height": 32, "width": 32, "batch": 1},  # 6 latents = 2 blocks
+    "ltx25": {"num_frames": 8 * 5 + 1, "height": 32, "width": 32, "batch": 1},  # 6 latents = 3 blocks
+    "minimax_h3": {"num_frames": 17 + 5, "height": 16, "width": 16, "batch": 2},  # 7 latents = blocks of 5 and 2
+}
+
+
+def published_recipes() -> dict[str, str]:
+    """Published recipe prefix (``recipes/<prefix>_{bid,tf,dmd}.yaml``) -> route, read from each stage-1
+    recipe's FSDP strategy (``trainer.strategy.init_args.route``), so the list follows the recipes."""
+    found = {}
+    for path in sorted(RECIPES.glob("*_bid.yaml")):
+        strategy = (yaml.safe_load(path.read_text()).get("trainer") or {}).get("strategy")
+        route = strategy.get("init_args", {}).get("route") if isinstance(strategy, dict) else None
+        if route in ROUTES:
+            found[path.name[: -len("_bid.yaml")]] = route
+    return found
+
+
+@pytest.fixture(params=sorted(ROUTES))
+def route(request) -> str:
+    """Each registered route in turn."""
+    return request.param
+
+
+def tiny_adapter(route: str, perturbed: bool = True) -> torch.nn.Module:
+    """The route's tiny preset, seeded, with its weights moved off their init (``route_contract.perturb``)."""
+    import route_contract as contract
+    from solarwm.backbones.base import route_class
+
+    torch.manual_seed(0)
+    adapter = route_class(route)(preset="tiny")
+    if perturbed:
+        contract.perturb(adapter)
+    return adapter
