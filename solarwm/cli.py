@@ -18,10 +18,11 @@ import argparse
 import importlib
 import inspect
 import json
-import re
 import sys
 import types
 from typing import Callable, Sequence
+
+from solarwm.util.errors import concise_message, error_line, print_error  # noqa: F401  (re-exported: the one-line form)
 
 DATA_VERBS: dict[str, tuple[str, str]] = {
     "synth": ("solarwm.data.sources.synthetic:synth_command", "render procedural worlds as canonical clips"),
@@ -143,26 +144,6 @@ def is_expected_error(exc: BaseException) -> bool:
     if isinstance(exc, (OSError, ValueError, argparse.ArgumentError)):
         return True
     return any(cls.__module__.split(".")[0] == "solarwm" for cls in type(exc).__mro__)
-
-
-def concise_message(exc: BaseException) -> str:
-    """One line for ``exc``; jsonargparse's "does not validate against any of the Union subtypes" wrapper
-    (a constructor's own error inside LightningCLI's model/data union) is reduced to the constructor's message."""
-    message = " ".join(str(exc).split()) or type(exc).__name__
-    inner = re.search(r"Errors: - (.*?) - Expected a <class 'NoneType'>", message)
-    return inner.group(1) if inner else message
-
-
-def error_line(command: str, error: BaseException | str) -> str:
-    """The one-line form of an expected error: ``solarwm <command>: error: <message>`` (``command`` e.g. ``data select``)."""
-    message = concise_message(error) if isinstance(error, BaseException) else " ".join(error.split())
-    return f"solarwm {command}: error: {message}"
-
-
-def print_error(command: str, error: BaseException | str) -> int:
-    """Print `error_line` on stderr and return the exit status 2, for verbs that report an error themselves."""
-    print(error_line(command, error), file=sys.stderr)
-    return 2
 
 
 def _dispatch(argv: list[str]) -> int:

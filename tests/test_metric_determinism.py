@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_info
 from solarwm.camera import trajectory as T
 from solarwm.data.sources.synthetic import make_scene, render_clip
 from solarwm.metrics import CameraFollowing, estimate_relative_pose, video_from_uint8
-from solarwm.threads import pinned_threads
+from solarwm.util.threads import pinned_threads
 
 # Worlds with parallax (walk while turning, at 64x64 and 96x64) and without (a pan).
 WORLDS = [("walk", 64, 64, 0), ("walk", 96, 64, 3), ("pan", 96, 64, 2)]

@@ -291,7 +291,7 @@ def derive_command(
         lora: the Clean Plate IC-LoRA .safetensors (default: *clean*plate*.safetensors in weights).
         device: torch device.
     """
-    from solarwm.cli import print_error
+    from solarwm.util.errors import print_error
 
     if transform != "clean-plate":
         return print_error("data derive", f"unknown transform {transform!r}; known: clean-plate")

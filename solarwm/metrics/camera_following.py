@@ -38,7 +38,7 @@ rendered worlds (stride 4, defaults, 64×64 | 96×64; worlds 0–9), mean rotati
 
 Determinism. The same video gives the same numbers on any machine with the declared
 dependencies: the estimator runs with OpenCV, torch and BLAS pinned to one thread
-(`solarwm.threads.pinned_threads`), and RANSAC's random draws start from a fixed seed
+(`solarwm.util.threads.pinned_threads`), and RANSAC's random draws start from a fixed seed
 (``RANSAC_SEED``, set with ``cv2.setRNGSeed`` on the calling thread just before the fit). The
 figures above were measured on opencv-python-headless 4.14.0, numpy 2.4.6 and torch 2.13.0.
 """
@@ -56,7 +56,7 @@ from torchmetrics.utilities import dim_zero_cat
 
 from solarwm.data.video import to_uint8_frames
 from solarwm.camera.se3 import relative_pose
-from solarwm.threads import pinned_threads
+from solarwm.util.threads import pinned_threads
 
 #: Seed of OpenCV's RNG before each essential-matrix RANSAC, so its samples never depend on what
 #: else used the thread's RNG before (OpenCV 4.14's RANSAC seeds its own; other builds may not).

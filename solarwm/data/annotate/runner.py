@@ -7,7 +7,7 @@ clip's ``meta.json`` (one atomic ``update_meta`` per finished stage), so:
 * a rerun skips every stage already ``ok`` at the same version (idempotent), and a killed run
   resumes where it stopped — finished clips and stages stay finished;
 * any executor of ``solarwm.data.executor.map_tasks`` can run the tasks, and each gives the same
-  record: the stages run with pinned threads (``solarwm.threads``). A cluster executor
+  record: the stages run with pinned threads (``solarwm.util.threads``). A cluster executor
   needs only that every worker sees the corpus folder at the same path (shared filesystem), has this package installed, and—for model stages—has the checkpoint paths
   readable; two tasks must never annotate the same clip at once (one task per clip folder).
 """
@@ -27,7 +27,7 @@ from solarwm.data.annotate.vlm import VLMConfig
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
 from solarwm.data.executor import map_tasks
 from solarwm.data.kinds import value_matches
-from solarwm.threads import pinned_threads
+from solarwm.util.threads import pinned_threads
 
 # Top-level keys a stage may write outside ``metrics``; ``caption`` also rewrites prompt.txt.
 TOP_LEVEL_KEYS = ("caption",)
@@ -70,7 +70,7 @@ def annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> C
     """Run ``stages`` on one clip folder, recording each outcome in its ``meta.json``; never raises for bad clips.
 
     Every executor runs this function, and it runs the stages with pinned threads
-    (`solarwm.threads.pinned_threads`): a metric a gate thresholds must not depend on how many
+    (`solarwm.util.threads.pinned_threads`): a metric a gate thresholds must not depend on how many
     threads the executor's worker happens to have.
     """
     with pinned_threads():
@@ -211,7 +211,7 @@ def annotate_command(
     try:
         results = run_annotate(corpus, chosen, config, workers, executor, ray_address)
     except (AnnotateConfigError, FileNotFoundError) as e:
-        from solarwm.cli import print_error
+        from solarwm.util.errors import print_error
 
         return print_error("data annotate", e)
     summary = summarize(corpus, chosen, results)

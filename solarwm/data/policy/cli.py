@@ -75,7 +75,7 @@ def select_command(
         out: Tiers parquet to write (``clip_id``, ``owner``, ``tier``, ``reasons``); required with --metrics.
         policy: Policy YAML (paper Table 3).
     """
-    from solarwm.cli import print_error
+    from solarwm.util.errors import print_error
 
     if (corpus is None) == (metrics is None):
         return print_error("data select", "give exactly one of --corpus DIR or --metrics TABLE.parquet")
