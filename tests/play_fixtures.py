@@ -38,3 +38,61 @@ def reference_trajectory(path: Path) -> Path:
 
     traj = T.compose_segments([T.forward(16, 1.0), T.yaw_turn(16, 20.0)], fps=16.0, width=32, height=32)
     return T.save_trajectory(traj, path)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PlayServer:
+    """``solarwm play ARGS`` as a subprocess on a free port; ``stop()`` sends Ctrl-C (SIGINT) and waits."""
+
+    def __init__(self, args: list[str], startup_s: float = 300.0) -> None:
+        import os
+        import subprocess
+        import sys
+        import time
+        import urllib.request
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"solarwm-play-{self.port}.log", "w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "solarwm.cli", "play", "--port", str(self.port), *args],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + startup_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"solarwm play exited with {self.process.returncode}: {self.output()}")
+            try:
+                with urllib.request.urlopen(self.url + "/config.json", timeout=2) as r:
+                    self.config = __import__("json").loads(r.read())
+                    return
+            except OSError:
+                time.sleep(1.0)
+        self.stop()
+        raise RuntimeError(f"solarwm play did not start in {startup_s} s: {self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()[-4000:]
+
+    def stop(self, timeout: float = 120.0) -> int:
+        import signal
+        import subprocess
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
