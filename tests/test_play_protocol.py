@@ -129,7 +129,9 @@ def test_frames_then_a_block_message_and_the_camera_follows_the_move(server):
     step = np.linalg.inv(c2w[0]) @ c2w[1]
     yaw = np.degrees(np.arctan2(step[0, 2], step[2, 2]))
     assert np.isclose(yaw, 30.0 / 16.0, atol=1e-6)  # +wy turns right: forward swings toward +x
-    assert np.isclose(np.linalg.norm(step[:3, 3]), 2.0 / 16.0, atol=1e-6) and step[2, 3] > 0
+    theta = np.radians(30.0 / 16.0)  # turning while walking follows an arc: the step is its chord
+    assert np.isclose(np.linalg.norm(step[:3, 3]), 2.0 / 16.0 * 2 * np.sin(theta / 2) / theta, rtol=1e-9)
+    assert step[2, 3] > 0 and step[0, 3] > 0 and abs(step[1, 3]) < 1e-12
 
 
 @pytest.mark.parametrize("bad, match", [
