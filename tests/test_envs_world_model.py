@@ -37,7 +37,9 @@ def test_a_step_is_a_block_and_reset_starts_a_new_world(world):
     _, _, _, _, info = env.step(np.array([0, 0, 1.0, 0, 30.0, 0], dtype=np.float32))
     assert info["frames"].shape[0] == 12
     step = np.linalg.inv(info["c2w"][0]) @ info["c2w"][1]
-    assert np.isclose(step[2, 3], 1.0 / 16) and step[0, 2] > 0  # forward, turning right
+    theta = np.radians(30.0 / 16)  # walking while turning: the step is the chord of the arc
+    assert np.isclose(np.linalg.norm(step[:3, 3]), 1.0 / 16 * 2 * np.sin(theta / 2) / theta, rtol=1e-9)
+    assert step[2, 3] > 0 and step[0, 2] > 0  # forward, turning right
     other = np.full((32, 32, 3), 90, np.uint8)
     obs, _ = env.reset(seed=5, options={"first_frame": other, "caption": "a field"})
     assert np.array_equal(obs, other)
