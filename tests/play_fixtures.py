@@ -96,3 +96,43 @@ class PlayServer:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+class World:
+    """A client connection that got a world (not a busy error); ``recv`` sees messages read while checking."""
+
+    def __init__(self, ws, pending: list) -> None:
+        self.ws, self.pending = ws, pending
+
+    async def recv(self):
+        return self.pending.pop(0) if self.pending else await self.ws.recv()
+
+    async def send(self, message) -> None:
+        await self.ws.send(message)
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+async def open_world(port: int, timeout: float = 240.0) -> World:
+    """Connect to ``solarwm play`` on ``port``, retrying while the server is busy (the previous world's in-flight block may still run)."""
+    import asyncio
+    import time
+
+    import websockets
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ws = await websockets.connect(f"ws://127.0.0.1:{port}/ws")
+        try:
+            first = await asyncio.wait_for(ws.recv(), 1.0)
+        except asyncio.TimeoutError:
+            return World(ws, [])
+        if isinstance(first, str) and "busy" in first:
+            await ws.close()
+            await asyncio.sleep(1.0)
+            continue
+        return World(ws, [first])
+    raise AssertionError("the server never freed its session")
+
+

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from play_fixtures import PlayServer, first_frame_png, tiny_causal_adapter
+from play_fixtures import PlayServer, first_frame_png, open_world, tiny_causal_adapter
 
 websockets = pytest.importorskip("websockets")
 TIMEOUT = 240.0  # seconds per wait: the CI machine may be loaded by a training run
@@ -63,39 +63,6 @@ def decode_jpeg(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
-class World:
-    """A client connection that got a world (not a busy error); ``recv`` sees messages read while checking."""
-
-    def __init__(self, ws, pending: list) -> None:
-        self.ws, self.pending = ws, pending
-
-    async def recv(self):
-        return self.pending.pop(0) if self.pending else await self.ws.recv()
-
-    async def send(self, message) -> None:
-        await self.ws.send(message)
-
-    async def close(self) -> None:
-        await self.ws.close()
-
-
-async def open_world(server) -> World:
-    """Connect, retrying while the server is busy (the previous world's in-flight block may still run)."""
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        ws = await websockets.connect(ws_url(server))
-        try:
-            first = await asyncio.wait_for(ws.recv(), 1.0)
-        except asyncio.TimeoutError:
-            return World(ws, [])
-        if isinstance(first, str) and "busy" in first:
-            await ws.close()
-            await asyncio.sleep(1.0)
-            continue
-        return World(ws, [first])
-    raise AssertionError("the server never freed its session")
-
-
 def test_page_and_config_are_served(server):
     import urllib.request
 
@@ -108,7 +75,7 @@ def test_page_and_config_are_served(server):
 
 def test_frames_then_a_block_message_and_the_camera_follows_the_move(server):
     async def run():
-        ws = await open_world(server)
+        ws = await open_world(server.port, TIMEOUT)
         if True:
             await ws.send(json.dumps({"type": "move", "velocity": [0.0, 0.0, 2.0], "angular": [0.0, 30.0, 0.0]}))
             result = await collect(ws, 2)
@@ -146,7 +113,7 @@ def test_frames_then_a_block_message_and_the_camera_follows_the_move(server):
 ])
 def test_a_malformed_message_gets_an_error_and_the_world_goes_on(server, bad, match):
     async def run():
-        ws = await open_world(server)
+        ws = await open_world(server.port, TIMEOUT)
         if True:
             await ws.send(bad)
             error = await next_text(ws)
@@ -161,7 +128,7 @@ def test_a_malformed_message_gets_an_error_and_the_world_goes_on(server, bad, ma
 
 def test_a_second_client_is_told_busy_and_a_disconnect_mid_block_frees_the_world(server):
     async def run():
-        first = await open_world(server)
+        first = await open_world(server.port, TIMEOUT)
         await first.send(json.dumps({"type": "move", "velocity": [0, 0, 1], "angular": [0, 0, 0]}))
         await asyncio.sleep(0.2)
         async with websockets.connect(ws_url(server)) as second:
@@ -174,7 +141,7 @@ def test_a_second_client_is_told_busy_and_a_disconnect_mid_block_frees_the_world
     assert busy["type"] == "error" and busy["message"].startswith("busy")
 
     async def again():  # the disconnected world is gone after its in-flight block: a new client gets a world
-        ws = await open_world(server)
+        ws = await open_world(server.port, TIMEOUT)
         frames, texts = await collect(ws, 1)
         await ws.close()
         return frames, texts
@@ -185,7 +152,7 @@ def test_a_second_client_is_told_busy_and_a_disconnect_mid_block_frees_the_world
 
 def test_pause_holds_the_world_resume_and_reset_start_it_again(server):
     async def run():
-        ws = await open_world(server)
+        ws = await open_world(server.port, TIMEOUT)
         if True:
             frames, texts = await collect(ws, 1)
             await ws.send(json.dumps({"type": "pause"}))

@@ -8,16 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from play_fixtures import PlayServer, first_frame_png, tiny_causal_adapter
+from play_fixtures import PlayServer, first_frame_png, open_world, tiny_causal_adapter
 
 websockets = pytest.importorskip("websockets")
 TIMEOUT = 240.0
 
 
-async def drive(port: int, moves: list[tuple[list, list]], stop_after: int | None = None) -> int:
-    """One world: each move holds for one block; returns the frames received. ``stop_after``: blocks before
-    returning without closing (the caller stops the server under it)."""
-    async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as ws:
+async def drive(port: int, moves: list[tuple[list, list]]) -> int:
+    """One world: each move holds for one block; returns the frames received."""
+    ws = await open_world(port, TIMEOUT)
+    try:
         frames = 0
         for velocity, angular in moves:
             await ws.send(json.dumps({"type": "move", "velocity": velocity, "angular": angular}))
@@ -30,6 +30,8 @@ async def drive(port: int, moves: list[tuple[list, list]], stop_after: int | Non
                 else:
                     raise AssertionError(message)
         return frames
+    finally:
+        await ws.close()
 
 
 def test_a_recorded_world_replays_exactly_and_ctrl_c_leaves_complete_files(tmp_path):
@@ -48,7 +50,7 @@ def test_a_recorded_world_replays_exactly_and_ctrl_c_leaves_complete_files(tmp_p
         assert received == 9 + 12 + 12
         # A second world, stopped with Ctrl-C while its client is still connected.
         async def interrupted() -> None:
-            ws = await websockets.connect(f"ws://127.0.0.1:{server.port}/ws")
+            ws = await open_world(server.port, TIMEOUT)
             await ws.send(json.dumps({"type": "move", "velocity": [0, 0, 2.0], "angular": [0, -30.0, 0]}))
             while not (isinstance(m := await asyncio.wait_for(ws.recv(), TIMEOUT), str) and '"block"' in m):
                 pass
