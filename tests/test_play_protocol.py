@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import time
 
 import numpy as np
 import pytest
