@@ -109,3 +109,29 @@ def test_the_i2v_image_condition_comes_block_by_block_and_equals_the_whole_clips
     blocks = torch.cat([stream(n)["y"] for n in (3, 3, 2)], 1)
     assert blocks.shape == whole.shape
     torch.testing.assert_close(blocks, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_an_i2v_session_equals_the_whole_horizon_rollout_and_forks_its_vae_streams(world):
+    """The 14B route (Wan VAE codec, streamed ``y``): a session block by block = the whole-clip rollout, and a
+    fork (VAE encoder and decoder caches included) continues exactly like its parent."""
+    from solarwm.backbones.wan22_i2v_14b import Wan22I2V14BAdapter, Wan22I2V14BConfig
+    from solarwm.data.video import to_uint8_frames
+    from solarwm.rollout.engine import Rollout
+
+    torch.manual_seed(0)
+    adapter = Wan22I2V14BAdapter(config=Wan22I2V14BConfig.tiny()).eval()
+    traj = load_trajectory(world["trajectory"])
+    image = _image(world["png"])
+    first = torch.from_numpy(image.copy()).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+    rollout = Rollout(adapter, num_steps=2)
+    cond = rollout.conditions(first, torch.as_tensor(traj.c2w)[None], torch.as_tensor(traj.K, dtype=torch.float32)[None], ["x"])
+    whole = np.concatenate([to_uint8_frames(v[0]) for v in rollout.video_blocks(cond, torch.Generator().manual_seed(7))])
+    session = RolloutSession(adapter, image, "x", traj.K[0], 16.0, seed=7, num_steps=2)
+    a = session.step(traj.c2w[:9], traj.K[:9])
+    branch = session.fork()
+    b = session.step(traj.c2w[9:21], traj.K[9:21])
+    assert np.array_equal(branch.step(traj.c2w[9:21], traj.K[9:21]), b)
+    c = session.step(traj.c2w[21:], traj.K[21:])
+    streamed = np.concatenate([a, b, c])
+    assert streamed.shape == whole.shape
+    assert np.abs(streamed.astype(int) - whole).max() <= 1
