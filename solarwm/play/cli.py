@@ -19,10 +19,12 @@ def load_causal(adapter: str | None, config: str | None = None, checkpoint: str 
     if checkpoint is not None and config is None:
         raise PlayError("--checkpoint needs the --config recipe it was trained with")
     if checkpoint is None and adapter is None:
-        adapter = DEFAULT_ADAPTER
+        # The shipped model: relative to the working directory, else to this checkout's root.
+        repo = Path(__file__).resolve().parents[2] / DEFAULT_ADAPTER
+        adapter = DEFAULT_ADAPTER if Path(DEFAULT_ADAPTER).is_dir() or not repo.is_dir() else str(repo)
     if adapter is not None and not (Path(adapter) / "adapter.json").is_file():
         raise FileNotFoundError(f"{adapter}: not an adapter export folder (no adapter.json)"
-                                + (" - the shipped tiny model is not in this checkout" if adapter == DEFAULT_ADAPTER else ""))
+                                + (" - the shipped tiny model is not in this checkout" if adapter.endswith(DEFAULT_ADAPTER) else ""))
     model, causal, _ = _build_generator(_recipe(config), config, checkpoint, adapter, True)
     if not causal:
         raise PlayError(f"{adapter or checkpoint}: play needs a causal model (a tf_anyflow or dmd export), "
