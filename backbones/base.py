@@ -267,12 +267,19 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
 
         Concatenated, its outputs equal ``decode`` of the whole clip; memory does not grow with the
         number of blocks (causal codecs keep one continuous cache). Default: the codec's own
-        ``stream_decoder()``, clamped to [-1, 1]; routes whose codec cannot stream override it.
+        ``stream_decoder()``, clamped to [-1, 1]; routes whose codec cannot stream override it. The returned
+        callable's ``state`` attribute (a dict, mutated in place) is the stream's whole state: copying it
+        forks the stream (``solarwm.rollout.session.RolloutSession.state_dict``); None when it cannot fork.
         """
         if getattr(getattr(self, "codec", None), "stream_decoder", None) is None:
             raise NotImplementedError(f"{self.route}: streaming decode is not implemented")
         decode_block = self.codec.stream_decoder()
-        return lambda latents: decode_block(latents).clamp(-1.0, 1.0)
+
+        def clamped(latents: torch.Tensor) -> torch.Tensor:
+            return decode_block(latents).clamp(-1.0, 1.0)
+
+        clamped.state = getattr(decode_block, "state", None)  # the stream's state, for a forked rollout
+        return clamped
 
     # ------------------------------------------------------------------ conditions
     def _image_size(self, batch: dict[str, Any]) -> tuple[int, int]:
@@ -307,6 +314,21 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
     def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Build ``cond`` from a batch: text features, ``viewmats`` w2c ``[B, f, 4, 4]``, ``K`` ``[B, f, 4]``,
         ``image_size`` (W, H) and route extras. See the module docstring for the batch keys."""
+
+    def frame_condition_stream(self, first_frame: torch.Tensor) -> Callable[[int], dict[str, torch.Tensor]]:
+        """Per-latent-frame route extras (beyond the cameras) of an open-ended rollout, block after block.
+
+        Calls give the entries of ``per_frame_conditions`` other than ``c2w``/``K`` for the next ``n`` latent
+        frames (``[B, n, ...]``), so a rollout needs no horizon up front; ``first_frame [B, 3, H, W]`` in
+        [-1, 1]. The callable's ``state`` dict is its whole state (a forked rollout copies it). Default: no
+        extras. Concatenated, the outputs equal ``prepare_conditions``' entries for the whole clip.
+        """
+
+        def none(n: int) -> dict[str, torch.Tensor]:
+            return {}
+
+        none.state = {}
+        return none
 
     # ------------------------------------------------------------------ native objective
     def sample_sigmas(

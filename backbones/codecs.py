@@ -80,6 +80,20 @@ class PatchifyCodec(torch.nn.Module):
         rest = x[:, :, 1:].reshape(b, 3, (f - 1) * t, height, width)
         return torch.cat([first, rest], dim=2)
 
+    def stream_encoder(self) -> "Callable[[torch.Tensor], torch.Tensor]":
+        """An encoder of consecutive chunks of one clip (the first ``t*n + 1`` frames, later ones ``t*n``);
+        concatenated, its outputs equal ``encode`` of the whole clip (latent groups are independent)."""
+        state = {"first": True}
+
+        def encode_block(video: torch.Tensor) -> torch.Tensor:
+            if state["first"]:
+                state["first"] = False
+                return self.encode(video)
+            return self.encode(torch.cat([video[:, :, :1], video], 2))[:, :, 1:]
+
+        encode_block.state = state
+        return encode_block
+
     def stream_decoder(self) -> "Callable[[torch.Tensor], torch.Tensor]":
         """A decoder for consecutive latent blocks of one clip: the first block holds latent 0 (1 frame),
         every later latent gives ``t`` frames. Concatenated, the outputs equal ``decode`` of the whole clip."""
@@ -93,6 +107,7 @@ class PatchifyCodec(torch.nn.Module):
             b, _, f, t, height, width = x.shape
             return x.reshape(b, 3, f * t, height, width)
 
+        decode_block.state = state  # what a forked rollout copies (`solarwm.rollout.session`)
         return decode_block
 
 
@@ -126,28 +141,54 @@ class WanVAECodec(torch.nn.Module):
         z = latents.float() * self.latents_std + self.latents_mean
         return self.vae.decode(z.to(self.vae.dtype), return_dict=False)[0].float().clamp(-1.0, 1.0)
 
+    def stream_encoder(self) -> "Callable[[torch.Tensor], torch.Tensor]":
+        """An encoder of consecutive chunks of one clip (the first ``4n + 1`` frames, later ones ``4n``) that
+        keeps one causal-VAE cache: ``AutoencoderKLWan._encode``'s chunk loop (1 frame, then 4 at a time) run
+        across calls, so the concatenated outputs are ``encode`` of the whole clip (posterior mode, normalised).
+        """
+        vae = self.vae
+        vae.clear_cache()
+        state = {"index": 0, "feat_map": vae._enc_feat_map}  # a fresh list: this stream's own
+
+        def encode_block(video: torch.Tensor) -> torch.Tensor:
+            from diffusers.models.autoencoders.autoencoder_kl_wan import patchify
+
+            x = video.to(vae.dtype)
+            if vae.config.patch_size is not None:
+                x = patchify(x, patch_size=vae.config.patch_size)
+            chunks, i = [], 0
+            while i < x.shape[2]:
+                size = 1 if state["index"] == 0 else 4
+                chunks.append(vae.encoder(x[:, :, i : i + size], feat_cache=state["feat_map"], feat_idx=[0]))
+                state["index"] += 1
+                i += size
+            mean = vae.quant_conv(torch.cat(chunks, 2))[:, : self.latent_channels].float()
+            return (mean - self.latents_mean) / self.latents_std
+
+        encode_block.state = state
+        return encode_block
+
     def stream_decoder(self) -> "Callable[[torch.Tensor], torch.Tensor]":
         """A decoder for consecutive latent blocks of one clip that keeps one continuous causal-VAE cache.
 
         It runs ``AutoencoderKLWan``'s own per-latent-frame decode loop (``_decode``) without clearing the
         feature cache between blocks, so memory stays flat over any length and the concatenated output
         equals ``decode`` of the whole clip. (Spatial tiling is not applied: frames are decoded whole.)
+        The decoder owns its feature cache (``decode_block.state``), so several streams can share one VAE.
         """
         from diffusers.models.autoencoders.autoencoder_kl_wan import unpatchify
 
         vae = self.vae
         vae.clear_cache()
-        state = {"index": 0}
+        state = {"index": 0, "feat_map": vae._feat_map}  # clear_cache made a fresh list: this stream's own
 
         def decode_block(latents: torch.Tensor) -> torch.Tensor:
             z = (latents.float() * self.latents_std + self.latents_mean).to(vae.dtype)
             x = vae.post_quant_conv(z)
             frames = []
             for i in range(x.shape[2]):
-                vae._conv_idx = [0]
                 frames.append(vae.decoder(
-                    x[:, :, i : i + 1], feat_cache=vae._feat_map, feat_idx=vae._conv_idx,
-                    first_chunk=state["index"] == 0,
+                    x[:, :, i : i + 1], feat_cache=state["feat_map"], feat_idx=[0], first_chunk=state["index"] == 0,
                 ))
                 state["index"] += 1
             out = torch.cat(frames, 2)
@@ -155,4 +196,5 @@ class WanVAECodec(torch.nn.Module):
                 out = unpatchify(out, patch_size=vae.config.patch_size)
             return out.float().clamp(-1.0, 1.0)
 
+        decode_block.state = state
         return decode_block

@@ -64,6 +64,7 @@ class LTXVAECodec(nn.Module):
             state["prev"] = z[:, :, -context:].detach()
             return video if prev is None else video[:, :, -t * latents.shape[2]:]
 
+        decode_block.state = state
         return decode_block
 
 

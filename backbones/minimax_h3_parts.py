@@ -117,6 +117,7 @@ class H3PatchifyCodec(torch.nn.Module):
             state["seen"] += latents.shape[2]
             return out
 
+        decode_block.state = state
         return decode_block
 
 

@@ -23,9 +23,9 @@ mask then latent), so that it is a per-latent-frame condition like the cameras
 (``solarwm.rollout.engine.block_conditions``), teacher forcing gives both the clean and the noisy
 copy the same ``y``. ``prepare_conditions`` builds it from ``batch["video"][:, :, 0]``, else
 ``batch["first_frame"]`` / ``batch["image"]`` (rollout, sampling), else takes a precomputed ``batch["y"]``.
-``y`` covers the whole clip, so for an hour-long rollout it costs O(horizon) memory and VAE time (the
-VAE encodes all the zero frames); a streaming ``y`` (the VAE's causal encoder run block by block) is not
-done yet.
+``prepare_conditions``' ``y`` covers the whole clip; an open-ended rollout (``solarwm.rollout.session``)
+takes it block by block from ``frame_condition_stream`` (the VAE's causal encoder run across blocks), so
+memory and VAE time per block are flat in the horizon.
 
 Causal mode. There is no official causal A14B (the official contracts refuse A14B Stage 1), so the
 block size is our choice: ``frames_per_block = 3`` latent frames (12 pixel frames) and a window of 6
@@ -43,7 +43,7 @@ flow with target ``eps - x0``, model timestep ``1000 * sigma`` per token, shift 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -164,6 +164,34 @@ class Wan22I2V14BAdapter(WanAdapterBase):
         mask = latent.new_zeros(b, self.temporal_compression, f, *latent.shape[-2:])
         mask[:, :, 0] = 1.0
         return torch.cat([mask, latent], dim=1).transpose(1, 2).contiguous()
+
+    def frame_condition_stream(self, first_frame: torch.Tensor) -> Callable[[int], dict[str, torch.Tensor]]:
+        """``y`` block by block: the codec's stream encoder over ``[image, 0, 0, ...]``, never the whole horizon.
+
+        Concatenated, the blocks' ``y`` equal ``image_condition`` of the whole clip (the VAE is causal, so a
+        latent frame of ``[image, 0, ...]`` does not depend on the clip's length); memory and VAE time per
+        block are flat in the horizon.
+        """
+        encode = self.codec.stream_encoder()
+        t = self.temporal_compression
+        state = {"start": 0, "encoder": encode.state}
+        b, _, height, width = first_frame.shape
+
+        @torch.no_grad()
+        def next_y(n: int) -> dict[str, torch.Tensor]:
+            first = state["start"] == 0
+            video = first_frame.new_zeros(b, 3, 1 + t * (n - 1) if first else t * n, height, width)
+            if first:
+                video[:, :, 0] = first_frame
+            latent = encode(video).float()  # [B, C, n, h, w]
+            mask = latent.new_zeros(b, t, n, *latent.shape[-2:])
+            if first:
+                mask[:, :, 0] = 1.0
+            state["start"] += n
+            return {"y": torch.cat([mask, latent], dim=1).transpose(1, 2).contiguous()}
+
+        next_y.state = state
+        return next_y
 
     def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``WanAdapterBase.prepare_conditions`` + ``y [B, f, 20, h, w]`` from the clip's first frame (see module docstring)."""

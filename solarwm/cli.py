@@ -4,7 +4,8 @@
 through LightningCLI; ``solarwm data <verb>`` runs the data engine and ``solarwm camera <verb>``
 the camera tools. Each group verb is a plain typed function (jsonargparse builds its options
 from the signature and docstring), imported only when called so that ``solarwm data synth``
-does not import the model stack.
+does not import the model stack. ``solarwm play`` (a world model in the browser) is such a verb
+without a group.
 
 An expected error (a bad path, a bad value, corrupt input: `OSError`, `ValueError` and any
 error class the project defines) ends the command with one line on stderr,
@@ -41,6 +42,10 @@ CAMERA_VERBS: dict[str, tuple[str, str]] = {
 }
 GROUPS: dict[str, dict[str, tuple[str, str]]] = {"data": DATA_VERBS, "camera": CAMERA_VERBS}
 TRAIN_VERBS = ("fit", "validate", "test", "predict")
+#: Top-level verbs that are plain typed functions (like the group verbs, without a group).
+PLAIN_VERBS: dict[str, tuple[str, str]] = {
+    "play": ("solarwm.play.cli:play_command", "serve a causal world model in the browser (keyboard camera control)"),
+}
 
 
 def _load(target: str) -> Callable:
@@ -52,6 +57,7 @@ def _usage() -> str:
     lines = ["usage: solarwm {fit,validate,test,predict} --config recipes/<name>.yaml [...]",
              "       solarwm data <verb> [--help]",
              "       solarwm camera <verb> [--help]",
+             "       solarwm play [--adapter DIR] [--first_frame IMG] [--caption TEXT] [--port 7860] [--help]",
              "       --debug anywhere: show the traceback of an error instead of one line"]
     for group, verbs in GROUPS.items():
         lines += ["", f"{group} verbs:"] + [f"  {verb:<10} {help_}" for verb, (_, help_) in verbs.items()]
@@ -151,6 +157,11 @@ def _dispatch(argv: list[str]) -> int:
         return group_main(argv[0], argv[1:])
     if argv[0] in TRAIN_VERBS:
         return int(_load("solarwm.train_cli:main")(argv) or 0)
+    if argv[0] in PLAIN_VERBS:
+        from jsonargparse import CLI
+
+        fn = _load(PLAIN_VERBS[argv[0]][0])
+        return int(CLI(fn, args=_normalise_args(fn, list(argv[1:])), prog=f"solarwm {argv[0]}") or 0)
     print(f"solarwm: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

@@ -426,7 +426,7 @@ def predict(
 
         solver = "flowmap" if route.delta_embedding is not None else "renoise"
         stats = write_rollout(route.eval(), first, c2w, K, caption, out, traj.fps, num_steps or 4, solver,
-                              generator, progress=progress)
+                              seed, progress=progress)
     else:
         from solarwm.data.video import to_uint8_frames, write_video
 

@@ -1,4 +1,4 @@
-"""Rigid transforms in SE(3): inverse, composition, relative pose, look-at and validation.
+"""Rigid transforms in SE(3): inverse, composition, relative pose, exponential map, look-at and validation.
 
 Every function accepts numpy arrays or torch tensors of shape ``[..., 4, 4]`` and returns
 the same kind, so the data engine (numpy, float64) and the models (torch) share one
@@ -57,6 +57,38 @@ def compose(a: Array, b: Array) -> Array:
 def relative_pose(c2w_ref: Array, c2w: Array) -> Array:
     """Pose of ``c2w`` expressed in the camera frame of ``c2w_ref``: ``inv(ref) @ c2w``."""
     return se3_inverse(c2w_ref) @ c2w
+
+
+def se3_exp(twist: Array) -> Array:
+    """Exponential map of twists ``[..., 6]`` = (v, w) (translation, rotation vector in radians) -> ``[..., 4, 4]``.
+
+    ``T @ se3_exp(dt * xi)`` moves a camera with the constant body twist ``xi`` (in its own axes) for ``dt``:
+    the rotation is Rodrigues' ``exp(w^)`` and the translation ``V v`` follows the arc the rotation sweeps
+    (``V = I + (1-cos θ)/θ² w^ + (θ-sin θ)/θ³ w^²``); series near θ = 0 keep it exact to float64.
+    """
+    if _is_torch(twist):
+        return torch.as_tensor(se3_exp(twist.detach().cpu().double().numpy()), dtype=twist.dtype, device=twist.device)
+    xi = np.asarray(twist, dtype=np.float64)
+    if xi.shape[-1:] != (6,):
+        raise ValueError(f"se3_exp: twists must be [..., 6], got {list(xi.shape)}")
+    v, w = xi[..., :3], xi[..., 3:]
+    theta = np.linalg.norm(w, axis=-1)[..., None, None]
+    W = np.zeros(xi.shape[:-1] + (3, 3))
+    W[..., 0, 1], W[..., 0, 2], W[..., 1, 2] = -w[..., 2], w[..., 1], -w[..., 0]
+    W[..., 1, 0], W[..., 2, 0], W[..., 2, 1] = w[..., 2], -w[..., 1], w[..., 0]
+    small = theta < 1e-4
+    t2 = theta**2
+    safe = np.where(small, 1.0, theta)
+    a = np.where(small, 1.0 - t2 / 6.0, np.sin(safe) / safe)
+    b = np.where(small, 0.5 - t2 / 24.0, (1.0 - np.cos(safe)) / safe**2)
+    c = np.where(small, 1.0 / 6.0 - t2 / 120.0, (safe - np.sin(safe)) / safe**3)
+    W2 = W @ W
+    eye = np.eye(3)
+    T = np.zeros(xi.shape[:-1] + (4, 4))
+    T[..., :3, :3] = eye + a * W + b * W2
+    T[..., :3, 3] = ((eye + b * W + c * W2) @ v[..., None])[..., 0]
+    T[..., 3, 3] = 1.0
+    return T
 
 
 def look_at(eye: Any, target: Any, up: Any = (0.0, 0.0, 1.0)) -> np.ndarray:

@@ -14,7 +14,9 @@ reads clean history. ``exit_step`` stops a block early and commits that step's x
 rollout-and-replay draws one exit step for all blocks). The TI2V anchor (the encoded first frame)
 stays clean at sigma 0 in the first block.
 Per-latent-frame conditions (the cameras; the I2V route's image condition ``y``) are sliced per
-block by ``block_conditions``.
+block by ``block_conditions`` (a training clip), or come block by block from an open-ended
+``RolloutSession`` (``solarwm.rollout.session``: ``solarwm predict``, ``solarwm play``, the Gym env),
+which needs nothing about the future; both drive the same ``Rollout.block``.
 
 Blocks are decoded as they come (``video_blocks``) with the route's streaming decoder, so memory is
 flat in the horizon; the RoPE table is never exceeded because the cache reads at window-local
@@ -100,6 +102,63 @@ class Rollout:
         cond["anchor"] = adapter.encode(first_frame[:, :, None]).float()  # [B, C, 1, h, w]
         return cond
 
+    def check_exit_step(self, exit_step: int | None) -> int:
+        """The exit step to use (default: the last); raises on one out of range or one the solver cannot take."""
+        exit_step = self.num_steps - 1 if exit_step is None else exit_step
+        if not 0 <= exit_step < self.num_steps:
+            raise ValueError(f"Rollout: exit_step must be in [0, {self.num_steps}), got {exit_step}")
+        if self.solver == "flowmap" and exit_step != self.num_steps - 1:
+            raise ValueError("Rollout: the flowmap solver reaches x0 only at its last step; exit_step needs 'renoise'")
+        return exit_step
+
+    @torch.no_grad()
+    def block(
+        self,
+        block_cond: dict[str, Any],
+        anchor: torch.Tensor,
+        frames: slice,
+        cache: Any,
+        generator: RandomSource = None,
+        exit_step: int | None = None,
+    ) -> BlockResult:
+        """Denoise the latent frames ``frames`` (one causal block) on ``cache`` and commit the result.
+
+        ``block_cond``: the block's conditions (its cameras ``[B, n, ...]``, the text features, route extras);
+        ``anchor [B, C, a, h, w]``: the clean anchor latents (the first ``clean_latent_frames`` stay them).
+        The noise comes from ``generator`` in a fixed order (the block's start noise, then one fresh draw
+        per re-noising step), so a rollout is the same however its blocks are driven.
+        """
+        adapter = self.adapter
+        exit_step = self.check_exit_step(exit_step)
+        b, c, _, h, w = anchor.shape
+        device = anchor.device
+        sigmas = few_step_sigmas(self.num_steps, adapter.shift, device)
+        n = frames.stop - frames.start
+        clean = max(0, min(adapter.clean_latent_frames - frames.start, n))  # anchor frames in this block
+        x = randn((b, c, n, h, w), generator, device)  # a SampleRNG gives each sample its own stream
+        x[:, :, :clean] = anchor[:, :, :clean]
+        for k in range(exit_step + 1):
+            sigma_pf = torch.full((b, n), float(sigmas[k]), device=device)
+            sigma_pf[:, :clean] = 0.0
+            noisy = x
+            if self.solver == "flowmap":
+                r_pf = torch.full((b, n), float(sigmas[k + 1]), device=device)
+                r_pf[:, :clean] = 0.0
+                u = adapter(x, sigma_pf, block_cond, kv_cache=cache, r_per_frame=r_pf).float()
+                x = x - (sigmas[k] - sigmas[k + 1]) * u  # after the last step (r = 0) this is x0
+            else:
+                v = adapter(x, sigma_pf, block_cond, kv_cache=cache).float()
+                x0 = x - sigmas[k] * v
+                x0[:, :, :clean] = anchor[:, :, :clean]
+                if k < exit_step:
+                    fresh = randn(x.shape, generator, device)
+                    x = (1.0 - sigmas[k + 1]) * x0 + sigmas[k + 1] * fresh
+            x[:, :, :clean] = anchor[:, :, :clean]
+        if self.solver == "flowmap":
+            x0 = x
+        adapter(x0, torch.zeros(b, n, device=device), block_cond, kv_cache=cache, commit=True)
+        return BlockResult(x0=x0, noisy=noisy, sigma=float(sigmas[exit_step]), frames=frames)
+
     @torch.no_grad()
     def latent_blocks(
         self,
@@ -111,43 +170,10 @@ class Rollout:
         """Yield every block of the clip described by ``cond`` (from ``conditions``) in order."""
         adapter = self.adapter
         anchor = cond["anchor"]
-        b, c, _, h, w = anchor.shape
-        num_latents = cond["c2w"].shape[1]
-        exit_step = self.num_steps - 1 if exit_step is None else exit_step
-        if not 0 <= exit_step < self.num_steps:
-            raise ValueError(f"Rollout: exit_step must be in [0, {self.num_steps}), got {exit_step}")
-        if self.solver == "flowmap" and exit_step != self.num_steps - 1:
-            raise ValueError("Rollout: the flowmap solver reaches x0 only at its last step; exit_step needs 'renoise'")
-        device = anchor.device
-        sigmas = few_step_sigmas(self.num_steps, adapter.shift, device)
-        cache = adapter.new_cache(h, w) if cache is None else cache
-        for frames in adapter.block_slices(num_latents):
-            n = frames.stop - frames.start
-            block_cond = block_conditions(adapter, cond, frames)
-            clean = max(0, min(adapter.clean_latent_frames - frames.start, n))  # anchor frames in this block
-            x = randn((b, c, n, h, w), generator, device)  # a SampleRNG gives each sample its own stream
-            x[:, :, :clean] = anchor[:, :, :clean]
-            for k in range(exit_step + 1):
-                sigma_pf = torch.full((b, n), float(sigmas[k]), device=device)
-                sigma_pf[:, :clean] = 0.0
-                noisy = x
-                if self.solver == "flowmap":
-                    r_pf = torch.full((b, n), float(sigmas[k + 1]), device=device)
-                    r_pf[:, :clean] = 0.0
-                    u = adapter(x, sigma_pf, block_cond, kv_cache=cache, r_per_frame=r_pf).float()
-                    x = x - (sigmas[k] - sigmas[k + 1]) * u  # after the last step (r = 0) this is x0
-                else:
-                    v = adapter(x, sigma_pf, block_cond, kv_cache=cache).float()
-                    x0 = x - sigmas[k] * v
-                    x0[:, :, :clean] = anchor[:, :, :clean]
-                    if k < exit_step:
-                        fresh = randn(x.shape, generator, device)
-                        x = (1.0 - sigmas[k + 1]) * x0 + sigmas[k + 1] * fresh
-                x[:, :, :clean] = anchor[:, :, :clean]
-            if self.solver == "flowmap":
-                x0 = x
-            adapter(x0, torch.zeros(b, n, device=device), block_cond, kv_cache=cache, commit=True)
-            yield BlockResult(x0=x0, noisy=noisy, sigma=float(sigmas[exit_step]), frames=frames)
+        exit_step = self.check_exit_step(exit_step)
+        cache = adapter.new_cache(*anchor.shape[-2:]) if cache is None else cache
+        for frames in adapter.block_slices(cond["c2w"].shape[1]):
+            yield self.block(block_conditions(adapter, cond, frames), anchor, frames, cache, generator, exit_step)
 
     @torch.no_grad()
     def video_blocks(self, cond: dict[str, Any], generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
@@ -167,28 +193,35 @@ def write_rollout(
     fps: float,
     num_steps: int = 4,
     solver: Solver = "renoise",
-    generator: torch.Generator | None = None,
+    seed: int = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Roll out ``c2w [1, N, 4, 4]`` / ``K [1, N, 4]`` from ``first_frame [1, 3, H, W]`` straight into an mp4.
 
-    Blocks are decoded and encoded as they are generated, so memory is flat in N; the mp4 appears only
-    when the rollout finished. A progress bar shows generated frames per second.
+    A ``RolloutSession`` fed block by block from the track (the same code path as ``solarwm play``), so
+    memory is flat in N and the frames equal a session's under the same seed and cameras; blocks are
+    encoded as they are generated, and the mp4 appears only when the rollout finished. A progress bar
+    shows generated frames per second.
     """
     from tqdm import tqdm
 
-    from solarwm.data.video import VideoWriter, to_uint8_frames
+    from solarwm.data.video import VideoWriter
+    from solarwm.rollout.session import RolloutSession
 
-    rollout = Rollout(adapter, num_steps, solver)
-    cond = rollout.conditions(first_frame, c2w, K, [caption])
+    track = c2w[0].detach().cpu().double().numpy()
+    intrinsics = K[0].detach().cpu().float().numpy()
+    session = RolloutSession(adapter, first_frame, caption, intrinsics[0], fps, seed, num_steps, solver)
     start = time.perf_counter()
     with VideoWriter(output, fps) as writer, tqdm(
-        total=c2w.shape[1], unit="frame", desc="rollout", disable=not progress, dynamic_ncols=True
+        total=len(track), unit="frame", desc="rollout", disable=not progress, dynamic_ncols=True
     ) as bar:
-        for video in rollout.video_blocks(cond, generator):
-            frames = to_uint8_frames(video[0])
+        pos = 0
+        while pos < len(track):
+            n = min(session.next_block_frames, len(track) - pos)
+            frames = session.step(track[pos : pos + n], intrinsics[pos : pos + n])
             writer.write(frames)
             bar.update(len(frames))
+            pos += n
         written = writer.num_frames
     seconds = time.perf_counter() - start
     return {"num_frames": written, "seconds": round(seconds, 3), "frames_per_second": round(written / seconds, 2)}

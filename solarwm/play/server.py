@@ -1,0 +1,285 @@
+"""``solarwm play``: a causal world model in the browser (issue #32 §3).
+
+FastAPI + uvicorn. ``GET /`` serves the one static page (``solarwm/play/static/index.html``, plain HTML +
+JavaScript); ``GET /config.json`` tells it the target fps, the block size and the key map's speeds; the
+world streams over the WebSocket ``/ws`` (the wire protocol: docs/play-protocol.md). Each connection is one
+world (a ``RolloutSession`` driven by a ``CameraController``): the twist in force when a block starts
+drives all of that block's frames, so control latency is one block.
+
+The server paces generation to real time: it starts a block only when the client has less than one block
+of frames left to show, so a command waits at most one block (plus the block's generation) and a fast
+machine does not run ahead of the viewer. Safe by default: 127.0.0.1, at most ``max_sessions`` worlds at
+once (another client gets ``{"type": "error", "message": "busy: ..."}``), a disconnect frees its world
+after the block in flight, and Ctrl-C finishes every recording.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import WebSocket  # at module level: FastAPI resolves the endpoint's annotation here
+
+from solarwm.camera.controller import CameraController, ControlError, check_twist
+
+STATIC = Path(__file__).parent / "static"
+#: The shipped defaults: a tiny stage-3 export, a first frame rendered by the synthetic renderer and its caption.
+DEFAULT_ADAPTER = "recipes/weights/tiny_causal"
+DEFAULT_FIRST_FRAME = str(Path(__file__).parent / "default_first_frame.png")
+DEFAULT_CAPTION = (
+    "A rendered outdoor scene with mottled cream ground. Five crates and four pillars stand around, coloured purple, "
+    "orange, green and red, with striped and checkerboard textures. Under a pale hazy sky, bright sunlight casting "
+    "hard shadows, thick haze in the distance."
+)
+
+
+class PlayError(ValueError):
+    """A bad ``solarwm play`` setting (weights that are not causal, a frame size the route cannot take)."""
+
+
+@dataclass
+class WorldSpec:
+    """Everything a new world is built from (one per server)."""
+
+    adapter: Any  # the loaded causal route adapter
+    adapter_path: str
+    first_frame: np.ndarray  # uint8 [H, W, 3] at the generated size: exactly what the session uses
+    caption: str
+    seed: int
+    num_steps: int
+    solver: str
+    fps: float
+    fov: float
+    max_speed: float
+    max_angular: float
+    smoothing: float = 0.0
+    speed: float = 1.0
+    turn_speed: float = 45.0
+    record: str | None = None
+    jpeg_quality: int = 90
+
+    @property
+    def K(self) -> np.ndarray:
+        """Pixel intrinsics of the generated frames: square pixels, centred, horizontal field of view ``fov``."""
+        h, w = self.first_frame.shape[:2]
+        f = w / (2.0 * math.tan(math.radians(self.fov) / 2.0))
+        return np.array([f, f, w / 2.0, h / 2.0])
+
+    def new_session(self) -> Any:
+        """A fresh ``RolloutSession`` at the start pose."""
+        from solarwm.rollout.session import RolloutSession
+
+        return RolloutSession(self.adapter, self.first_frame, self.caption, self.K, self.fps, self.seed,
+                              self.num_steps, self.solver)
+
+
+def parse_message(text: str, max_speed: float, max_angular: float) -> dict[str, Any]:
+    """One client message, checked: ``move`` (with its twist), ``reset``, ``pause`` or ``resume``; raises ``ControlError``."""
+    try:
+        message = json.loads(text, parse_constant=lambda c: float("nan"))
+    except (json.JSONDecodeError, ValueError):
+        raise ControlError("message is not JSON") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ControlError('message must be a JSON object with a "type"')
+    kind = message["type"]
+    if kind == "move":
+        for key in ("velocity", "angular"):
+            value = message.get(key)
+            if not (isinstance(value, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+                raise ControlError(f'move needs "{key}": a list of 3 numbers')
+        twist = check_twist(message["velocity"], message["angular"], max_speed, max_angular)
+        return {"type": "move", "twist": twist}
+    if kind in ("reset", "pause", "resume"):
+        return {"type": kind}
+    raise ControlError(f"unknown message type {kind!r} (move, reset, pause, resume)")
+
+
+def jpeg(frame: np.ndarray, quality: int) -> bytes:
+    """A uint8 ``[H, W, 3]`` frame as JPEG bytes."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(frame).save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+@dataclass
+class _Client:
+    """What the receiving task shares with the generating loop of one connection."""
+
+    twist: np.ndarray = field(default_factory=lambda: np.zeros(6))
+    running: asyncio.Event = field(default_factory=asyncio.Event)
+    reset: bool = False
+    gone: bool = False
+
+
+class WorldServer:
+    """The ASGI app of ``solarwm play`` around one ``WorldSpec``; ``app`` is the FastAPI application."""
+
+    def __init__(self, spec: WorldSpec, max_sessions: int = 1) -> None:
+        from fastapi import FastAPI
+        from fastapi.responses import FileResponse, JSONResponse
+
+        if max_sessions < 1:
+            raise PlayError(f"max_sessions must be >= 1, got {max_sessions}")
+        self.spec, self.max_sessions = spec, max_sessions
+        self.active = 0
+        self.worlds = 0  # worlds started (names the recording folders)
+        self.recorders: set[Any] = set()
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Any) -> Any:
+            yield
+            self.close_recordings()  # server shutdown (Ctrl-C): every mp4 is finished
+
+        self.app = FastAPI(title="solarwm play", lifespan=lifespan)
+        self.app.add_api_route("/", lambda: FileResponse(STATIC / "index.html", media_type="text/html"), methods=["GET"])
+        self.app.add_api_route("/config.json", lambda: JSONResponse(self.config()), methods=["GET"])
+
+        self.app.add_api_websocket_route("/ws", self.serve)
+
+
+    def config(self) -> dict[str, Any]:
+        """What the page needs: target fps, frames per block, frame size, speeds and limits."""
+        s = self.spec
+        session_frames = s.adapter.latent_to_pixel_frame(2 * s.adapter.frames_per_block)
+        block = int(session_frames[-1] - session_frames[s.adapter.frames_per_block - 1])
+        return {
+            "fps": s.fps, "frames_per_block": block, "block_seconds": block / s.fps,
+            "width": int(s.first_frame.shape[1]), "height": int(s.first_frame.shape[0]),
+            "speed": s.speed, "turn_speed": s.turn_speed, "max_speed": s.max_speed, "max_angular": s.max_angular,
+            "caption": s.caption, "recording": s.record is not None,
+        }
+
+    def close_recordings(self) -> None:
+        """Finish every open recording (server shutdown, Ctrl-C)."""
+        for recorder in list(self.recorders):
+            recorder.close()
+            self.recorders.discard(recorder)
+
+    def _new_world(self) -> tuple[Any, CameraController, Any]:
+        """A session, its controller and (with ``--record``) its recorder: the first world in DIR, later ones in
+        DIR/world-<k>."""
+        from solarwm.play.recording import Recorder
+
+        session = self.spec.new_session()
+        controller = CameraController(self.spec.fps, smoothing=self.spec.smoothing)
+        recorder = None
+        if self.spec.record is not None:
+            root = Path(self.spec.record)
+            folder = root if self.worlds == 0 else root / f"world-{self.worlds}"
+            recorder = Recorder(folder, session, self.spec.adapter_path, self.spec.first_frame)
+            self.recorders.add(recorder)
+        self.worlds += 1
+        return session, controller, recorder
+
+    def _end_world(self, recorder: Any) -> None:
+        if recorder is not None:
+            recorder.close()
+            self.recorders.discard(recorder)
+
+    async def _receive(self, websocket: Any, client: _Client) -> None:
+        """Read client messages until it disconnects; a bad one gets an error message and changes nothing."""
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                text = message.get("text")
+                try:
+                    if text is None:
+                        raise ControlError("messages must be JSON text, not binary")
+                    parsed = parse_message(text, self.spec.max_speed, self.spec.max_angular)
+                except ControlError as e:
+                    await websocket.send_json({"type": "error", "message": str(e)})
+                    continue
+                if parsed["type"] == "move":
+                    client.twist = parsed["twist"]
+                elif parsed["type"] == "pause":
+                    client.running.clear()
+                elif parsed["type"] == "resume":
+                    client.running.set()
+                else:
+                    client.reset = True
+                    client.running.set()
+        except Exception:  # a broken connection ends the world like a disconnect
+            pass
+        finally:
+            client.gone = True
+            client.running.set()
+
+    async def serve(self, websocket: WebSocket) -> None:
+        """One connection: a world streamed block after block until the client leaves."""
+        await websocket.accept()
+        if self.active >= self.max_sessions:
+            await websocket.send_json({"type": "error", "message": f"busy: {self.active} of {self.max_sessions} "
+                                                                    "worlds are running; try again later"})
+            await websocket.close(code=1013)
+            return
+        self.active += 1
+        client = _Client()
+        client.running.set()
+        receiver = asyncio.create_task(self._receive(websocket, client))
+        recorder = None
+        try:
+            session, controller, recorder = await asyncio.to_thread(self._new_world)
+            await self._stream(websocket, client, session, controller, recorder)
+        except Exception as e:  # the world ends; the server goes on
+            if not client.gone:
+                try:
+                    await websocket.send_json({"type": "error", "message": f"world stopped: {e}"})
+                except Exception:
+                    pass
+        finally:
+            self._end_world(recorder)
+            receiver.cancel()
+            self.active -= 1
+            try:
+                await websocket.close()
+            except Exception:
+                pass
+
+    async def _stream(self, websocket: Any, client: _Client, session: Any, controller: CameraController,
+                      recorder: Any) -> None:
+        spec = self.spec
+        t0, shown = time.perf_counter(), 0  # the client's playback clock: frames sent vs wall time
+        while True:
+            await client.running.wait()
+            if client.gone:
+                return
+            if client.reset:
+                client.reset = False
+                self._end_world(recorder)
+                session, controller, recorder = await asyncio.to_thread(self._new_world)
+                t0, shown = time.perf_counter(), 0
+            block = session.next_block_frames
+            # Pace to real time: start a block once the client has at most one block of frames left to show.
+            ahead = shown / spec.fps - (time.perf_counter() - t0)
+            if ahead > block / spec.fps:
+                await asyncio.sleep(ahead - block / spec.fps)
+                continue  # re-check pause/reset/disconnect; the twist is read when the block starts
+            if ahead < 0:
+                t0 = time.perf_counter() - shown / spec.fps  # generation fell behind: no catch-up burst
+            twist = client.twist.copy()  # the twist in force when the block starts drives all its frames
+            cameras = controller.frames(block, twist[:3], twist[3:])
+            start = time.perf_counter()
+            frames = await asyncio.to_thread(session.step, cameras)
+            seconds = time.perf_counter() - start
+            if recorder is not None:
+                await asyncio.to_thread(recorder.write, frames)
+            if client.gone:
+                return
+            for frame in frames:
+                await websocket.send_bytes(jpeg(frame, spec.jpeg_quality))
+            shown += len(frames)
+            await websocket.send_json({
+                "type": "block", "index": session.blocks - 1, "frames": len(frames), "c2w": cameras.tolist(),
+                "gen_ms": round(seconds * 1000.0, 1), "fps": round(len(frames) / max(seconds, 1e-9), 2),
+            })
