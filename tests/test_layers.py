@@ -24,8 +24,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("metrics", "datamodules", "strategies"),  # scoring; the model view (windows, latent views); FSDP per route
     ("rollout",),  # the causal rollout engine over an adapter
     ("stages",),  # the LightningModules
-    ("callbacks", "play", "envs", "serve"),  # what drives or watches stages and rollouts
-    ("train_cli", "cli", "__main__"),  # entry points
+    ("callbacks",),  # what watches stages
+    ("train_cli",),  # LightningCLI and predict (their model and first-frame loaders)
+    ("play",),  # the browser world, loading models as predict does
+    ("envs", "serve"),  # the world as a Gymnasium environment, on play's loaders
+    ("cli", "__main__"),  # the console entry point
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
