@@ -10,17 +10,17 @@ OUT=${SOLARWM_OUT:-outputs/quickstart}
 mkdir -p "$OUT"
 
 # 1. Render worlds (the recipe would render them itself on first use; done here to show the verb).
-solarwm data synth --out "$ROOT/corpus" --clips 64 --frames 33 --size 96x64 --fps 8 --seed 0 --motion slow_pan > "$OUT/synth.json"
+solarwm data synth --out "$ROOT/corpus" --clips 128 --frames 33 --size 96x64 --fps 8 --seed 0 --views 4 > "$OUT/synth.json"
 solarwm data inspect "$ROOT/corpus" > "$OUT/inspect.json"
 
 # 2. Train stage 1 (bidirectional adaptation) of the tiny Wan2.2 route.
 solarwm fit --config recipes/tiny_bid.yaml
 
-# 3. Roll out: a trajectory file (a slow pan left, then back right past the start) and a generated clip.
+# 3. Roll out: a trajectory file (a 2 m forward walk, then a turn to the left) and a generated clip.
 python - "$OUT/trajectory.json" <<'PY'
 import sys
-from solarwm.camera.trajectory import compose_segments, save_trajectory, yaw_turn
-save_trajectory(compose_segments([yaw_turn(8, 6.0), yaw_turn(8, -10.0)], fps=8.0, width=64, height=64), sys.argv[1])
+from solarwm.camera.trajectory import compose_segments, forward, save_trajectory, yaw_turn
+save_trajectory(compose_segments([forward(8, 2.0), yaw_turn(8, -20.0)], fps=8.0, width=64, height=64), sys.argv[1])
 PY
 # A held-out clip (the datamodule's validation split, by stable id), never one the model trained on.
 FIRST=$(python - <<'PY'
