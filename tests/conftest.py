@@ -28,14 +28,17 @@ ROUTE_TEST_CLIPS: dict[str, dict[str, int]] = {
 
 
 def published_recipes() -> dict[str, str]:
-    """Published recipe prefix (``recipes/<prefix>_{bid,tf,dmd}.yaml``) -> route, read from each stage-1
-    recipe's FSDP strategy (``trainer.strategy.init_args.route``), so the list follows the recipes."""
+    """Published recipe prefix (``recipes/<prefix>_{bid,tf,dmd}.yaml``) -> route, read from the route file each
+    stage-1 entry composes (``compose: [..., routes/<route>.yaml]``), so the list follows the recipes. The
+    embedded default (``tiny_*``, which composes ``tiny.yaml``) is not a published recipe."""
     found = {}
     for path in sorted(RECIPES.glob("*_bid.yaml")):
-        strategy = (yaml.safe_load(path.read_text()).get("trainer") or {}).get("strategy")
-        route = strategy.get("init_args", {}).get("route") if isinstance(strategy, dict) else None
-        if route in ROUTES:
-            found[path.name[: -len("_bid.yaml")]] = route
+        parts = yaml.safe_load(path.read_text()).get("compose") or []
+        if "tiny.yaml" in parts:
+            continue
+        routes = [Path(p).stem for p in parts if Path(p).parent.name == "routes" and Path(p).stem in ROUTES]
+        if routes:
+            found[path.name[: -len("_bid.yaml")]] = routes[0]
     return found
 
 

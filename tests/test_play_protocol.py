@@ -49,11 +49,14 @@ async def collect(ws, blocks: int, frames: list | None = None, texts: list | Non
     return frames, texts
 
 
-async def next_text(ws) -> dict:
+async def next_text(ws, skip_blocks: bool = False) -> dict:
+    """The next JSON message (with ``skip_blocks``: the next one that is not a block report)."""
     while True:
         message = await asyncio.wait_for(ws.recv(), TIMEOUT)
         if isinstance(message, str):
-            return json.loads(message)
+            text = json.loads(message)
+            if not (skip_blocks and text["type"] == "block"):
+                return text
 
 
 def decode_jpeg(data: bytes) -> np.ndarray:
@@ -77,21 +80,25 @@ def test_frames_then_a_block_message_and_the_camera_follows_the_move(server):
         ws = await open_world(server.port, TIMEOUT)
         if True:
             await ws.send(json.dumps({"type": "move", "velocity": [0.0, 0.0, 2.0], "angular": [0.0, 30.0, 0.0]}))
-            result = await collect(ws, 2)
+            frames, texts = await collect(ws, 2)
+            # The server works up to a block ahead: on a loaded machine block 1 may have started before the
+            # move arrived, and then block 2 is the first under it (control latency is one block).
+            if np.allclose(np.asarray(texts[-1]["c2w"])[0], np.asarray(texts[-1]["c2w"])[-1]):
+                await collect(ws, 1, frames, texts)
             await ws.close()
-            return result
+            return frames, texts
 
     frames, texts = asyncio.run(run())
     blocks = [t for t in texts if t["type"] == "block"]
-    assert [b["index"] for b in blocks] == [0, 1] and [b["frames"] for b in blocks] == [9, 12]
-    assert len(frames) == 21
+    assert [b["index"] for b in blocks[:2]] == [0, 1] and [b["frames"] for b in blocks] == [9] + [12] * (len(blocks) - 1)
+    assert len(frames) == 9 + 12 * (len(blocks) - 1)
     image = decode_jpeg(frames[0])
     assert image.shape == (32, 32, 3) and image.dtype == np.uint8
     for block in blocks:
         assert np.asarray(block["c2w"]).shape == (block["frames"], 4, 4)
         assert block["gen_ms"] > 0 and block["fps"] > 0
-    # The move was sent before the first block started, so all of block 1 moves 2 m/s forward, 30 deg/s right.
-    c2w = np.asarray(blocks[1]["c2w"])
+    # The first block that started after the move moves 2 m/s forward, 30 deg/s right, in all of its frames.
+    c2w = np.asarray(blocks[-1]["c2w"])
     step = np.linalg.inv(c2w[0]) @ c2w[1]
     yaw = np.degrees(np.arctan2(step[0, 2], step[2, 2]))
     assert np.isclose(yaw, 30.0 / 16.0, atol=1e-6)  # +wy turns right: forward swings toward +x
@@ -115,7 +122,7 @@ def test_a_malformed_message_gets_an_error_and_the_world_goes_on(server, bad, ma
         ws = await open_world(server.port, TIMEOUT)
         if True:
             await ws.send(bad)
-            error = await next_text(ws)
+            error = await next_text(ws, skip_blocks=True)
             frames, texts = await collect(ws, 1)
             await ws.close()
             return error, frames, texts

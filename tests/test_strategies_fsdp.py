@@ -78,14 +78,22 @@ def test_the_wrap_unit_is_what_the_transformer_repeats(route: str) -> None:
     assert sum(isinstance(m, block) for m in adapter.transformer.modules()) >= 2
 
 
-def test_unknown_route_is_a_named_error() -> None:
-    with pytest.raises(AdapterError, match="unknown backbone route 'nope'"):
-        RouteFSDPStrategy(route="nope")
+def test_an_adapter_without_a_wrap_unit_is_a_named_error() -> None:
+    class NoBlock(torch.nn.Module):
+        transformer_block = ""
+
+    class NotAModule(torch.nn.Module):
+        transformer_block = "math:pi"
+
+    with pytest.raises(AdapterError, match="NoBlock names no transformer_block"):
+        transformer_block_class(NoBlock)
+    with pytest.raises(AdapterError, match="transformer_block math:pi is not an nn.Module class"):
+        transformer_block_class(NotAModule)
 
 
 def test_unsupported_sharding_strategy_is_a_named_error() -> None:
     with pytest.raises(ValueError, match="HYBRID_SHARD.*FULL_SHARD or SHARD_GRAD_OP"):
-        RouteFSDPStrategy(route="wan22_ti2v_5b", sharding_strategy="HYBRID_SHARD")
+        RouteFSDPStrategy(sharding_strategy="HYBRID_SHARD")
 
 
 def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
@@ -107,7 +115,9 @@ def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
         },
         "data": {"init_args": {"corpus_dir": str(tmp_path / "corpus"), "num_frames": 5, "num_val_clips": 1,
                                "batch_size": 1, "num_workers": 0,
-                               "synth": {"clips": 3, "frames": 9, "width": 48, "height": 32, "fps": 8.0, "seed": 0}}},
+                               "synth": {"clips": 3, "frames": 9, "width": 48, "height": 32, "fps": 8.0, "seed": 0,
+                                         "views": 1},
+                               "test_synth": {"clips": 2, "frames": 9, "width": 48, "height": 32}}},
     }
     path = tmp_path / "fsdp.yaml"
     path.write_text(yaml.safe_dump(overlay))
