@@ -25,6 +25,7 @@ from solarwm.camera import trajectory as T
 from solarwm.data.sources.synthetic import StartPose, describe_scene, make_scene, render_clip
 from solarwm.data.video import read_video
 from solarwm.datamodules.clips import resize_crop
+from solarwm.metrics.video import per_video_psnr
 
 #: move -> (its segment, the opposite command's segment), over 16 steps at 8 fps (2 s).
 MOVES = {
@@ -43,8 +44,11 @@ def _small(frames: np.ndarray) -> np.ndarray:
 
 
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a[1:].astype(np.float64) - b[1:].astype(np.float64)) ** 2)
-    return float(10 * np.log10(255.0**2 / mse))
+    """`solarwm test`'s PSNR (generated frames only) of uint8 videos ``[F, H, W, 3]``."""
+    def video(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x).permute(3, 0, 1, 2)[None].double() / 127.5 - 1.0
+
+    return float(per_video_psnr(video(a), video(b))[0])
 
 
 def _predict(adapter: str, first: Path, caption: str, traj: T.Trajectory, work: Path, name: str, steps: int,

@@ -59,6 +59,13 @@ def relative_pose(c2w_ref: Array, c2w: Array) -> Array:
     return se3_inverse(c2w_ref) @ c2w
 
 
+def rotation_angle_deg(R: np.ndarray) -> Any:
+    """Geodesic angle of rotations ``[..., 3, 3]`` in degrees, in [0, 180] (a float for one rotation)."""
+    cos = (np.trace(np.asarray(R), axis1=-2, axis2=-1) - 1.0) / 2.0
+    angle = np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
+    return float(angle) if np.ndim(angle) == 0 else angle
+
+
 def se3_exp(twist: Array) -> Array:
     """Exponential map of twists ``[..., 6]`` = (v, w) (translation, rotation vector in radians) -> ``[..., 4, 4]``.
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from solarwm.camera.se3 import rotation_angle_deg
+
 
 class DegenerateAlignmentError(ValueError):
     """The point sets cannot determine a similarity transform (too few, static or collinear)."""
@@ -119,9 +121,8 @@ def trajectory_errors(est_c2w: Any, gt_c2w: Any) -> dict[str, float]:
     est, gt = np.asarray(est_c2w, np.float64), np.asarray(gt_c2w, np.float64)
     s, R, t = align_poses(est, gt)
     rel = np.swapaxes(R @ est[:, :3, :3], 1, 2) @ gt[:, :3, :3]
-    cos = np.clip((np.trace(rel, axis1=1, axis2=2) - 1.0) / 2.0, -1.0, 1.0)
     centres = s * est[:, :3, 3] @ R.T + t
     path = float(np.linalg.norm(np.diff(gt[:, :3, 3], axis=0), axis=1).sum())
     pos = np.linalg.norm(centres - gt[:, :3, 3], axis=1)
-    return {"rot_max_deg": float(np.degrees(np.arccos(cos)).max()), "pos_max_frac": float(pos.max() / max(path, 1e-12)),
+    return {"rot_max_deg": float(rotation_angle_deg(rel).max()), "pos_max_frac": float(pos.max() / max(path, 1e-12)),
             "path_m": path, "scale": s}

@@ -55,7 +55,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from solarwm.data.video import to_uint8_frames
-from solarwm.camera.se3 import relative_pose
+from solarwm.camera.se3 import relative_pose, rotation_angle_deg  # noqa: F401  (re-exported by solarwm.metrics)
 from solarwm.util.threads import pinned_threads
 
 #: Seed of OpenCV's RNG before each essential-matrix RANSAC, so its samples never depend on what
@@ -66,12 +66,6 @@ RANSAC_SEED = 0
 def commanded_relative_pose(c2w_i: Any, c2w_j: Any) -> np.ndarray:
     """``[..., 4, 4]`` transform taking camera-i coordinates to camera-j coordinates (recoverPose's R, t)."""
     return np.asarray(relative_pose(np.asarray(c2w_j, np.float64), np.asarray(c2w_i, np.float64)))
-
-
-def rotation_angle_deg(R: np.ndarray) -> float:
-    """Geodesic angle of a rotation ``[3, 3]`` in degrees, in [0, 180]."""
-    cos = (np.trace(R) - 1.0) / 2.0
-    return float(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))))
 
 
 def direction_angle_deg(a: np.ndarray, b: np.ndarray) -> float:
