@@ -327,13 +327,7 @@ class LTX25Adapter(BackboneAdapter):
             return PatchifyCodec(spatial=cfg.patchify_spatial, temporal=8)
         if cfg.codec != "ltx_vae":
             raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'ltx_vae' or 'patchify'")
-        if root is not None:
-            vae_dir = root / "vae"
-            if not vae_dir.is_dir():
-                raise AdapterError(f"{self.route}: {vae_dir} missing (codec='ltx_vae' needs pretrained_path/vae/)")
-            vae = AutoencoderKLLTX2Video.from_pretrained(str(vae_dir), use_safetensors=True)
-        else:
-            vae = AutoencoderKLLTX2Video(**VAE_CONFIGS[cfg.vae_config])
+        vae = self._native_vae(AutoencoderKLLTX2Video, root, VAE_CONFIGS)
         if int(vae.temporal_compression_ratio) != 8:
             raise AdapterError(f"{self.route}: VAE temporal factor {vae.temporal_compression_ratio} != 8")
         return LTXVAECodec(vae)

@@ -190,14 +190,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
             return H3PatchifyCodec(spatial=cfg.patchify_spatial)
         if cfg.codec != "h3_vae":
             raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'h3_vae' or 'h3_patchify'")
-        if root is not None:
-            vae_dir = root / "vae"
-            if not vae_dir.is_dir():
-                raise AdapterError(f"{self.route}: {vae_dir} missing (codec='h3_vae' needs pretrained_path/vae/)")
-            vae = AutoencoderKLMiniMaxH3.from_pretrained(str(vae_dir), use_safetensors=True)
-        else:
-            vae = AutoencoderKLMiniMaxH3(**VAE_CONFIGS[cfg.vae_config])
-        return H3VAECodec(vae)
+        return H3VAECodec(self._native_vae(AutoencoderKLMiniMaxH3, root, VAE_CONFIGS))
 
     def _silence(self) -> torch.Tensor:
         cfg = self.config

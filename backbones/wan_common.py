@@ -125,17 +125,7 @@ class WanAdapterBase(BackboneAdapter):
             return PatchifyCodec(spatial=cfg.patchify_spatial, temporal=4)
         if cfg.codec != "wan_vae":
             raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'wan_vae' or 'patchify'")
-        if root is not None:
-            vae_dir = root / "vae"
-            if not vae_dir.is_dir():
-                raise AdapterError(f"{self.route}: {vae_dir} missing (codec='wan_vae' needs pretrained_path/vae/)")
-            vae = AutoencoderKLWan.from_pretrained(str(vae_dir), use_safetensors=True)
-        else:
-            if cfg.vae_config not in self.vae_configs:
-                raise AdapterError(
-                    f"{self.route}: unknown vae_config {cfg.vae_config!r}; expected one of {sorted(self.vae_configs)}"
-                )
-            vae = AutoencoderKLWan(**self.vae_configs[cfg.vae_config])
+        vae = self._native_vae(AutoencoderKLWan, root, self.vae_configs)
         if int(vae.config.scale_factor_temporal) != 4:
             raise AdapterError(f"{self.route}: VAE temporal factor {vae.config.scale_factor_temporal} != 4")
         if int(vae.config.scale_factor_spatial) != self.vae_spatial_compression:
