@@ -8,13 +8,27 @@ causal-cache exactness, teacher forcing against the rollout, the export round tr
 from __future__ import annotations
 
 import route_contract as contract
-from conftest import ROUTE_TEST_CLIPS, published_recipes, tiny_adapter
+from conftest import RECIPES, ROUTE_TEST_CLIPS, published_recipes, tiny_adapter
 from solarwm.backbones.export import ROUTES, route_class
+from solarwm.train_cli import parse_recipe
 
 
-def test_every_route_has_a_test_clip_and_published_recipes():
+def test_every_route_has_a_test_clip_and_a_route_recipe():
+    """A registered route has its test clip and ``recipes/routes/<route>.yaml``, which runs under every stage file."""
     assert set(ROUTE_TEST_CLIPS) == set(ROUTES), "add the route's clip to tests/conftest.py ROUTE_TEST_CLIPS"
-    assert sorted(published_recipes().values()) == sorted(ROUTES), "every route has recipes/<prefix>_{bid,tf,dmd}.yaml"
+    for route in ROUTES:
+        route_file = RECIPES / "routes" / f"{route}.yaml"
+        assert route_file.is_file(), f"add {route_file.relative_to(RECIPES.parent)}"
+        for stage_file in sorted((RECIPES / "stages").glob("*.yaml")):
+            adapter = parse_recipe(str(stage_file), "--config", str(route_file)).model.init_args.adapter
+            assert adapter.class_path.rsplit(".", 1)[-1] == route_class(route).__name__, (stage_file.name, route)
+
+
+def test_published_entry_points_name_registered_routes():
+    """The shipped entry points ``recipes/<prefix>_{bid,tf,dmd}.yaml`` compose a registered route (optional for a new one)."""
+    assert set(published_recipes().values()) <= set(ROUTES)
+    for prefix in published_recipes():
+        assert all((RECIPES / f"{prefix}_{s}.yaml").is_file() for s in ("bid", "tf", "dmd")), prefix
 
 
 def test_contract_geometry_cache_teacher_forcing_export(route, tmp_path):
