@@ -53,6 +53,11 @@ class ColmapOptions:
     peak_threshold: float = 0.002
     max_scale_spread: float = 0.15  # metric scale: bound on the per-frame depth ratios' robust spread
     overlap: int = 12
+    # Inlier threshold (px of the input frames) of two-view RANSAC, registration, triangulation and
+    # the mapper's point filter; None keeps COLMAP's 4 px (abs pose 12 px), sized for megapixel photos.
+    max_error_px: float | None = None
+    guided_matching: bool = False
+    final_ba: bool = False
     min_frames: int = 8
     min_points: int = 100
     max_reproj_px: float = 1.5
@@ -153,14 +158,25 @@ class ColmapEstimator:
         t1 = time.perf_counter()
         matching = p.FeatureMatchingOptions()
         matching.num_threads = o.threads
+        matching.guided_matching = o.guided_matching
+        verification = p.TwoViewGeometryOptions()
+        if o.max_error_px is not None:
+            verification.ransac.max_error = o.max_error_px * s
         pairing = p.SequentialPairingOptions()
         pairing.overlap = o.overlap
         pairing.loop_detection = False
-        p.match_sequential(db_path, matching_options=matching, pairing_options=pairing, device=p.Device.cpu)
+        p.match_sequential(db_path, matching_options=matching, pairing_options=pairing,
+                           verification_options=verification, device=p.Device.cpu)
         t2 = time.perf_counter()
-        out = work / "sparse"
+        models = self._map(db_path, images, work / "sparse", K is None or o.refine_known_K, s)
+        t3 = time.perf_counter()
+        timing = {"features_s": round(t1 - t0, 3), "matching_s": round(t2 - t1, 3), "mapping_s": round(t3 - t2, 3)}
+        return models, timing
+
+    def _map(self, db_path: Path, images: Path, out: Path, refine: bool, s: int) -> list[Any]:
+        """Mapping (and the final bundle adjustment) of a matched database; ``s`` is the frames' enlargement."""
+        p, o = self.pycolmap, self.opts
         out.mkdir()
-        refine = K is None or o.refine_known_K
         if o.mapper == "incremental":
             opts = p.IncrementalPipelineOptions()
             opts.num_threads = o.threads
@@ -170,6 +186,11 @@ class ColmapEstimator:
             opts.ba_refine_focal_length = refine
             opts.ba_refine_principal_point = False
             opts.ba_refine_extra_params = False
+            if o.max_error_px is not None:
+                e, m = o.max_error_px * s, opts.mapper
+                m.init_max_error = m.filter_max_reproj_error = e
+                m.abs_pose_max_error = 3 * e
+                opts.triangulation.merge_max_reproj_error = opts.triangulation.complete_max_reproj_error = e
             models = p.incremental_mapping(db_path, images, out, options=opts)
         else:
             opts = p.GlobalPipelineOptions()
@@ -179,9 +200,25 @@ class ColmapEstimator:
             opts.mapper.ba_refine_principal_point = False
             opts.mapper.ba_refine_extra_params = False
             models = p.global_mapping(db_path, images, out, options=opts)
-        t3 = time.perf_counter()
-        timing = {"features_s": round(t1 - t0, 3), "matching_s": round(t2 - t1, 3), "mapping_s": round(t3 - t2, 3)}
-        return [models[k] for k in sorted(models)], timing
+        models = [models[k] for k in sorted(models)]
+        if o.final_ba:
+            for rec in models:
+                self._final_ba(rec, refine)
+        return models
+
+    def _final_ba(self, rec: Any, refine: bool) -> None:
+        """A global bundle adjustment run to convergence: the mapper's own stops at a 1e-4 gradient, 100 steps."""
+        ba = self.pycolmap.BundleAdjustmentOptions()
+        ba.refine_focal_length = refine
+        ba.refine_principal_point = False
+        ba.refine_extra_params = False
+        ba.print_summary = False
+        ba.ceres.solver_options.num_threads = self.opts.threads
+        ba.ceres.solver_options.max_num_iterations = 500
+        ba.ceres.solver_options.function_tolerance = 1e-12
+        ba.ceres.solver_options.gradient_tolerance = 1e-12
+        ba.ceres.solver_options.parameter_tolerance = 1e-12
+        self.pycolmap.bundle_adjustment(rec, ba)
 
     def _upscale(self, focal_free: bool, h: int, w: int) -> int:
         """The enlargement factor of this clip's frames (``ColmapOptions.upscale``)."""
