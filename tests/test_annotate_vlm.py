@@ -95,7 +95,7 @@ def clip(corpus_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
 
 
 def run(clip: Path, server: FakeChat) -> Any:
-    config = AnnotateConfig(vlm=vlm.VLMConfig(endpoint=server.endpoint, model="kimi-k2.6"))
+    config = AnnotateConfig(vlm_endpoint=server.endpoint, vlm_model="kimi-k2.6")
     return annotate_clip(str(clip), ["vlm"], config)
 
 

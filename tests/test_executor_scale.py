@@ -91,8 +91,6 @@ def test_every_executor_writes_the_same_annotation_records(ray_session, tmp_path
     import cv2
     import torch
 
-    from solarwm.data.annotate.runner import DEFAULT_STAGES
-
     source = tmp_path / "source"
     assert main(["data", "synth", "--out", str(source), *FLOW_SYNTH, "--workers", "1"]) == 0
     runs = {"in_process_2_threads": ["--workers", "1"], "pool": ["--workers", "2"],

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from solarwm.data.accounting import account
-from solarwm.data.annotate.stages import STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, Stage, StageSkipped
+from solarwm.data.annotate.registry import with_stage_options
+from solarwm.data.annotate.stages import (STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, Stage, StageSkipped,
+                                          default_stages)
 from solarwm.data.annotate.visual import MetricError
-from solarwm.data.annotate.vlm import VLMConfig
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
 from solarwm.data.executor import map_tasks
 from solarwm.data.kinds import value_matches
@@ -31,7 +32,6 @@ from solarwm.util.threads import pinned_threads
 
 # Top-level keys a stage may write outside ``metrics``; ``caption`` also rewrites prompt.txt.
 TOP_LEVEL_KEYS = ("caption",)
-DEFAULT_STAGES = ("camera", "saturation", "vmaf", "cuts", "flow")
 
 
 @dataclass
@@ -170,45 +170,34 @@ def _split_stages(stages: list[str] | str | None) -> list[str] | None:
     return [s.strip() for item in items for s in item.split(",") if s.strip()]
 
 
+@with_stage_options
 def annotate_command(
     corpus: str,
     stages: list[str] | None = None,
     workers: int = 1,
-    vlm_endpoint: str | None = None,
-    vlm_model: str | None = None,
-    vlm_api_key_env: str = "SOLARWM_VLM_API_KEY",
-    vlm_max_retries: int = 2,
-    unimatch_checkpoint: str | None = None,
-    dover_checkpoint: str | None = None,
-    dover_options: str | None = None,
     device: str = "cpu",
     executor: str = "process",
     ray_address: str | None = None,
+    **options: Any,
 ) -> int:
     """Annotate a corpus of canonical clips with metric, camera and caption stages (paper §5.2, §5.4).
 
+    The stage options below come from the registered stages (solarwm.data.annotate.stages).
+
     Args:
         corpus: corpus folder of clip folders.
-        stages: stages to run (camera, saturation, vmaf, cuts, flow, dover, vlm); default: every stage
-            runnable with this configuration (dover with DOVER weights, vlm with an endpoint).
+        stages: stages to run ({stages}); default: every stage its options enable (a stage that needs
+            weights or an endpoint, such as dover or vlm, only when they are given).
         workers: worker processes (Ray: CPUs of the local Ray); 1 runs in-process with the process executor.
-        vlm_endpoint: OpenAI-compatible base URL (POST {endpoint}/chat/completions).
-        vlm_model: model name sent to the endpoint.
-        vlm_api_key_env: environment variable holding the API key (the key is never written anywhere).
-        vlm_max_retries: re-asks after an invalid reply, with the validation error fed back.
-        unimatch_checkpoint: local UniMatch/GMFlow checkpoint; adds metrics.unimatch to the flow stage.
-        dover_checkpoint: local DOVER weights (DOVER.pth); enables the dover stage.
-        dover_options: DOVER's option file (dover.yml), required with dover_checkpoint.
         device: torch device for the model stages.
         executor: where the per-clip tasks run: process (local pool) or ray.
         ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
     """
-    vlm = VLMConfig(vlm_endpoint, vlm_model or "", vlm_api_key_env, vlm_max_retries) if vlm_endpoint else None
-    config = AnnotateConfig(vlm, unimatch_checkpoint, dover_checkpoint, dover_options, device)
-    chosen = _split_stages(stages)
-    if chosen is None:
-        chosen = list(DEFAULT_STAGES) + (["dover"] if dover_checkpoint else []) + (["vlm"] if vlm else [])
     try:
+        config = AnnotateConfig(device=device, **options)
+        chosen = _split_stages(stages)
+        if chosen is None:
+            chosen = default_stages(config)
         results = run_annotate(corpus, chosen, config, workers, executor, ray_address)
     except (AnnotateConfigError, FileNotFoundError) as e:
         from solarwm.util.errors import print_error

@@ -12,19 +12,22 @@ malformed intervals, and a missing name or version all raise :class:`PolicyError
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from solarwm.data.annotate import registry
 from solarwm.data.annotate.stages import STAGES
 from solarwm.data.kinds import BOOL, NUMBER, STR_LIST, TEXT  # a value of the wrong kind fails its gate
 
 # The flat columns a policy may gate on, with their kinds. `selection` reads them from each
 # clip's meta.json (see solarwm.data.policy.table.flatten_meta) or from a metrics parquet.
 # Columns of the clip itself and of its lineage; every other column is a key an annotation stage
-# declares (solarwm.data.annotate.stages.STAGES), with the kind declared there.
+# declares (solarwm.data.annotate.stages.STAGES), with the kind declared there; COLUMNS follows the
+# registry, so a stage registered later (a plug-in module, a test) adds its keys.
 CLIP_COLUMNS: dict[str, str] = {
     "num_frames": NUMBER,  # N
     "width": NUMBER,
@@ -47,9 +50,33 @@ def _columns() -> dict[str, str]:
     return columns
 
 
+class _Columns(Mapping[str, str]):
+    """The column vocabulary ``{column: kind}``, rebuilt whenever a stage is registered or unregistered."""
+
+    def __init__(self) -> None:
+        self._generation, self._columns = -1, {}
+
+    def _current(self) -> dict[str, str]:
+        if self._generation != registry.generation():
+            self._columns, self._generation = _columns(), registry.generation()
+        return self._columns
+
+    def __getitem__(self, name: str) -> str:
+        return self._current()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+    def __repr__(self) -> str:
+        return f"COLUMNS({self._current()!r})"
+
+
 # camera.pose_units is not part of C120/C125 (Table 3 does not name it): relative poses have no
 # camera.scale_cov, which the camera gates need; see table.pose_unit_errors.
-COLUMNS: dict[str, str] = _columns()
+COLUMNS: Mapping[str, str] = _Columns()
 
 # Dataset owners of Table 3, plus the procedurally rendered worlds.
 OWNERS: tuple[str, ...] = (
