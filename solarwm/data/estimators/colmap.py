@@ -53,11 +53,11 @@ class ColmapOptions:
     peak_threshold: float = 0.002
     max_scale_spread: float = 0.15  # metric scale: bound on the per-frame depth ratios' robust spread
     overlap: int = 12
-    # Inlier threshold (px of the input frames) of two-view RANSAC, registration, triangulation and
-    # the mapper's point filter; None keeps COLMAP's 4 px (abs pose 12 px), sized for megapixel photos.
+    # Inlier threshold (px of the input frames) of two-view RANSAC, registration (3x), triangulation and the
+    # mapper's point filter; None keeps COLMAP's 4 px. 1 px halves the errors of the 160x120 arc and orbit but
+    # sends a SpatialVID-layout clip 8.6 deg off with no failure (docs/results/2026-12-pose-estimation.md).
     max_error_px: float | None = None
     guided_matching: bool = False
-    final_ba: bool = False
     min_frames: int = 8
     min_points: int = 100
     max_reproj_px: float = 1.5
@@ -174,7 +174,7 @@ class ColmapEstimator:
         return models, timing
 
     def _map(self, db_path: Path, images: Path, out: Path, refine: bool, s: int) -> list[Any]:
-        """Mapping (and the final bundle adjustment) of a matched database; ``s`` is the frames' enlargement."""
+        """Mapping of a matched database; ``s`` is the frames' enlargement."""
         p, o = self.pycolmap, self.opts
         out.mkdir()
         if o.mapper == "incremental":
@@ -200,25 +200,7 @@ class ColmapEstimator:
             opts.mapper.ba_refine_principal_point = False
             opts.mapper.ba_refine_extra_params = False
             models = p.global_mapping(db_path, images, out, options=opts)
-        models = [models[k] for k in sorted(models)]
-        if o.final_ba:
-            for rec in models:
-                self._final_ba(rec, refine)
-        return models
-
-    def _final_ba(self, rec: Any, refine: bool) -> None:
-        """A global bundle adjustment run to convergence: the mapper's own stops at a 1e-4 gradient, 100 steps."""
-        ba = self.pycolmap.BundleAdjustmentOptions()
-        ba.refine_focal_length = refine
-        ba.refine_principal_point = False
-        ba.refine_extra_params = False
-        ba.print_summary = False
-        ba.ceres.solver_options.num_threads = self.opts.threads
-        ba.ceres.solver_options.max_num_iterations = 500
-        ba.ceres.solver_options.function_tolerance = 1e-12
-        ba.ceres.solver_options.gradient_tolerance = 1e-12
-        ba.ceres.solver_options.parameter_tolerance = 1e-12
-        self.pycolmap.bundle_adjustment(rec, ba)
+        return [models[k] for k in sorted(models)]
 
     def _upscale(self, focal_free: bool, h: int, w: int) -> int:
         """The enlargement factor of this clip's frames (``ColmapOptions.upscale``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -107,14 +107,19 @@ def _require_file(path: str, what: str) -> None:
         raise AnnotateConfigError(f"{what} {path!r} is not a file")
 
 
+def _require_import(load: Callable[[], Any]) -> None:
+    """A model's code must import; its ImportError (which names what to install) becomes a config error."""
+    try:
+        load()
+    except ImportError as e:
+        raise AnnotateConfigError(str(e)) from e
+
+
 def check_flow(config: AnnotateConfig) -> None:
     """A configured UniMatch checkpoint must be a file and UniMatch's model code importable."""
     if config.unimatch_checkpoint:
         _require_file(config.unimatch_checkpoint, "UniMatch checkpoint")
-        try:
-            visual.import_unimatch()
-        except ImportError as e:
-            raise AnnotateConfigError(str(e)) from e
+        _require_import(visual.import_unimatch)
 
 
 def check_dover(config: AnnotateConfig) -> None:
@@ -124,10 +129,7 @@ def check_dover(config: AnnotateConfig) -> None:
         if not config.dover_options:
             raise AnnotateConfigError("DOVER weights are configured but not DOVER's option file (--dover_options dover.yml)")
         _require_file(config.dover_options, "DOVER option file")
-        try:
-            visual.import_dover()
-        except ImportError as e:
-            raise AnnotateConfigError(str(e)) from e
+        _require_import(visual.import_dover)
 
 
 def check_vlm(config: AnnotateConfig) -> None:
