@@ -212,18 +212,6 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
     def _build_codec(self, root: Path | None) -> torch.nn.Module:
         """The codec (``temporal_compression``, ``spatial_compression``, ``latent_channels``, encode/decode)."""
 
-    def _native_vae(self, vae_class: type, root: Path | None, configs: dict[str, dict]) -> torch.nn.Module:
-        """The route's diffusers VAE: ``root/vae`` of a checkpoint folder, else built from ``configs[config.vae_config]``."""
-        cfg = self.config
-        if root is not None:
-            vae_dir = root / "vae"
-            if not vae_dir.is_dir():
-                raise AdapterError(f"{self.route}: {vae_dir} missing (codec={cfg.codec!r} needs pretrained_path/vae/)")
-            return vae_class.from_pretrained(str(vae_dir), use_safetensors=True)
-        if cfg.vae_config not in configs:
-            raise AdapterError(f"{self.route}: unknown vae_config {cfg.vae_config!r}; expected one of {sorted(configs)}")
-        return vae_class(**configs[cfg.vae_config])
-
     @abc.abstractmethod
     def _build_model(self, root: Path | None, meta: bool) -> None:
         """Set ``self.transformer`` (and any other part built under the device, e.g. LTX's connector)."""

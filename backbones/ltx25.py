@@ -107,7 +107,7 @@ from diffusers import AutoencoderKLLTX2Video
 from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.codecs import PatchifyCodec
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.pretrained import check_config_keys
+from solarwm.backbones.pretrained import check_config_keys, load_vae
 from solarwm.backbones.ltx25_parts import GemmaFeatureEncoder, LTXVAECodec, load_selected, read_json
 from solarwm.backbones.ltx25_model import (
     ContextRotary,
@@ -327,7 +327,7 @@ class LTX25Adapter(BackboneAdapter):
             return PatchifyCodec(spatial=cfg.patchify_spatial, temporal=8)
         if cfg.codec != "ltx_vae":
             raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'ltx_vae' or 'patchify'")
-        vae = self._native_vae(AutoencoderKLLTX2Video, root, VAE_CONFIGS)
+        vae = load_vae(self.route, AutoencoderKLLTX2Video, root, cfg.codec, cfg.vae_config, VAE_CONFIGS)
         if int(vae.temporal_compression_ratio) != 8:
             raise AdapterError(f"{self.route}: VAE temporal factor {vae.temporal_compression_ratio} != 8")
         return LTXVAECodec(vae)

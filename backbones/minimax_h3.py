@@ -89,7 +89,7 @@ from safetensors.torch import load_file, save_file
 
 from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.pretrained import load_transformer
+from solarwm.backbones.pretrained import load_transformer, load_vae
 from solarwm.backbones.minimax_h3_parts import (
     MiniMaxH3Config,
     TAG_VIDEO,
@@ -190,7 +190,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
             return H3PatchifyCodec(spatial=cfg.patchify_spatial)
         if cfg.codec != "h3_vae":
             raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'h3_vae' or 'h3_patchify'")
-        return H3VAECodec(self._native_vae(AutoencoderKLMiniMaxH3, root, VAE_CONFIGS))
+        return H3VAECodec(load_vae(self.route, AutoencoderKLMiniMaxH3, root, cfg.codec, cfg.vae_config, VAE_CONFIGS))
 
     def _silence(self) -> torch.Tensor:
         cfg = self.config

@@ -1,4 +1,4 @@
-"""Loading a route's diffusers transformer from a local checkpoint folder and checking it against the config."""
+"""Loading a route's diffusers transformer and VAE from a local checkpoint folder and checking them against the config."""
 
 from __future__ import annotations
 
@@ -57,3 +57,16 @@ def load_transformer(
     # diffusers configs record every constructor argument, so each key of ``expected`` is in model.config.
     check_config_keys(route, tdir, model.config, expected, list(expected) if checked is None else checked)
     return model
+
+
+def load_vae(route: str, vae_class: type, root: Path | None, codec: str, vae_config: str,
+             configs: dict[str, dict[str, Any]]) -> torch.nn.Module:
+    """The route's diffusers VAE: ``root/vae`` loaded with safetensors, else ``vae_class(**configs[vae_config])``."""
+    if root is not None:
+        vae_dir = root / "vae"
+        if not vae_dir.is_dir():
+            raise AdapterError(f"{route}: {vae_dir} missing (codec={codec!r} needs pretrained_path/vae/)")
+        return vae_class.from_pretrained(str(vae_dir), use_safetensors=True)
+    if vae_config not in configs:
+        raise AdapterError(f"{route}: unknown vae_config {vae_config!r}; expected one of {sorted(configs)}")
+    return vae_class(**configs[vae_config])

@@ -23,7 +23,7 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 
 from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.codecs import PatchifyCodec, WanVAECodec
-from solarwm.backbones.pretrained import load_transformer
+from solarwm.backbones.pretrained import load_transformer, load_vae
 from solarwm.backbones.text import HashingTextEncoder, UMT5TextEncoder
 from solarwm.backbones.wan_attention import AttentionContext, PRoPEWanAttnProcessor, attach_context
 from solarwm.kernels.kv_cache import KVCache
@@ -125,7 +125,7 @@ class WanAdapterBase(BackboneAdapter):
             return PatchifyCodec(spatial=cfg.patchify_spatial, temporal=4)
         if cfg.codec != "wan_vae":
             raise AdapterError(f"{self.route}: unknown codec {cfg.codec!r}; expected 'wan_vae' or 'patchify'")
-        vae = self._native_vae(AutoencoderKLWan, root, self.vae_configs)
+        vae = load_vae(self.route, AutoencoderKLWan, root, cfg.codec, cfg.vae_config, self.vae_configs)
         if int(vae.config.scale_factor_temporal) != 4:
             raise AdapterError(f"{self.route}: VAE temporal factor {vae.config.scale_factor_temporal} != 4")
         if int(vae.config.scale_factor_spatial) != self.vae_spatial_compression:
