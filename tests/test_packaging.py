@@ -19,3 +19,17 @@ def test_exactly_one_opencv_wheel_is_installed() -> None:
         f"OpenCV wheels installed: {installed}; two wheels overwrite each other's cv2 files "
         "(pip uninstall the extra one; pyproject pins scenedetect[opencv-headless] < 0.7 for this)"
     )
+
+
+def test_diffusers_models_import_with_the_repository_root_on_sys_path() -> None:
+    # `python -m pytest` and `python -m solarwm...` put the repository root on sys.path, where our top-level
+    # `kernels/` folder (solarwm.kernels) shadows Hugging Face's `kernels` package. transformers 5.25 requires that
+    # package and imports names from it, so every diffusers model import failed (pyproject pins transformers < 5.25).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = "import diffusers.models.autoencoders.autoencoder_kl_wan, transformers.integrations.hub_kernels"
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -160,3 +160,38 @@ def test_periodic_checkpoints_and_eval_videos_fire_when_the_step_count_jumps_ove
     assert not list((tmp_path / "lightning").glob("*.ckpt"))
     assert sorted(p.name for p in (tmp_path / "step").glob("*.ckpt")) == ["step=4.ckpt", "step=7.ckpt"]
     assert [p.name.split("_")[0] for p in videos.written] == ["step0000004", "step0000007"]
+
+
+def test_camera_guidance_pushes_the_real_score_away_from_a_still_camera(corpus, monkeypatch):
+    import solarwm.stages.dmd as dmd_mod
+
+    module = make_module(guidance_scale=0.0, camera_guidance_scale=2.0)
+    batch = one_batch(corpus)
+    calls: list[torch.Tensor] = []
+
+    def fake_x0(adapter, noisy, sigma_pf, cond):
+        if adapter is module.fake_score:
+            return torch.zeros_like(noisy)
+        c2w = cond["c2w"]
+        calls.append(c2w)
+        still = bool(torch.equal(c2w, c2w[:, :1].expand_as(c2w)))
+        return torch.full_like(noisy, 0.25 if still else 1.0)
+
+    seen = {}
+
+    def capture(output, fake, real, mask):
+        seen["real"] = real
+        return dmd_gradient(output, fake, real, mask)
+
+    monkeypatch.setattr(module, "_x0", fake_x0)
+    monkeypatch.setattr(dmd_mod, "dmd_gradient", capture)
+    module.student_loss(batch, torch.Generator().manual_seed(0))
+    # The real score saw the commanded cameras (which move) and the first frame's camera held still.
+    assert len(calls) == 2 and not torch.equal(calls[0], calls[0][:, :1].expand_as(calls[0]))
+    assert torch.equal(calls[1], calls[0][:, :1].expand_as(calls[0]))
+    assert torch.allclose(seen["real"], torch.full_like(seen["real"], 1.0 + 2.0 * (1.0 - 0.25)))
+
+    calls.clear()
+    module.camera_guidance_scale = 0.0
+    module.student_loss(batch, torch.Generator().manual_seed(0))
+    assert len(calls) == 1 and torch.allclose(seen["real"], torch.ones_like(seen["real"]))

@@ -75,6 +75,9 @@ class DMDModule(CausalGenerateMixin, StageModule):
         num_steps: rollout steps per block; one exit step in [0, num_steps) is drawn per rollout.
         guidance_scale: real-score CFG ``cond + g·(cond - uncond)`` (0 = no CFG; the Wan release uses 3).
         negative_prompt: the unconditional prompt.
+        camera_guidance_scale: real-score camera guidance ``+ g·(cond - still)``, where ``still`` holds the
+            first frame's camera for every frame (0 = off): it pushes the student away from the still camera a
+            hedging score drifts towards, so the video moves as far as it is told.
         score_min, score_max: clamp of the shifted score sigma.
         score_shift: the flow shift of the score (and critic) sigmas; None = the route's own shift (the
             reference; Self-Forcing shifts, DMD/DMD2 draw uniform timesteps, i.e. 1.0).
@@ -94,6 +97,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         num_steps: int = 4,
         guidance_scale: float = 3.0,
         negative_prompt: str = "",
+        camera_guidance_scale: float = 0.0,
         score_min: float = 0.02,
         score_max: float = 0.98,
         score_shift: float | None = None,
@@ -125,6 +129,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         self.critic_optimizer_factory = critic_optimizer
         self.student_update_every, self.num_steps = student_update_every, num_steps
         self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
+        self.camera_guidance_scale = camera_guidance_scale
         self.score_min, self.score_max, self.grad_clip, self.seed = score_min, score_max, grad_clip, seed
         self.score_shift = generator.shift if score_shift is None else score_shift  # resolved once, at set-up
         self.solver, self.sample_steps = "renoise", num_steps
@@ -210,11 +215,15 @@ class DMDModule(CausalGenerateMixin, StageModule):
         with torch.no_grad():
             noisy, _, sigma_pf = self._renoise(output.detach(), streams)
             fake_x0 = self._x0(self.fake_score, noisy, sigma_pf, cond)
-            real_x0 = self._x0(self.real_score, noisy, sigma_pf, cond)
+            cond_x0 = real_x0 = self._x0(self.real_score, noisy, sigma_pf, cond)
             if self.guidance_scale > 0:
                 neg = self.generator.text_features({"caption": [self.negative_prompt] * x0.shape[0]})[0]
                 uncond_x0 = self._x0(self.real_score, noisy, sigma_pf, dict(cond, text_embeds=neg))
-                real_x0 = real_x0 + self.guidance_scale * (real_x0 - uncond_x0)
+                real_x0 = real_x0 + self.guidance_scale * (cond_x0 - uncond_x0)
+            if self.camera_guidance_scale > 0:
+                still = dict(cond, c2w=cond["c2w"][:, :1].expand_as(cond["c2w"]).contiguous())
+                still_x0 = self._x0(self.real_score, noisy, sigma_pf, still)
+                real_x0 = real_x0 + self.camera_guidance_scale * (cond_x0 - still_x0)
             mask = self.generator.loss_mask(output)
             grad = dmd_gradient(output, fake_x0, real_x0, mask)
         return dmd_surrogate(output, grad, mask)

@@ -196,9 +196,10 @@ class ColmapEstimator:
             opts = p.GlobalPipelineOptions()
             opts.num_threads = o.threads
             opts.random_seed = o.seed
-            opts.mapper.ba_refine_focal_length = refine
-            opts.mapper.ba_refine_principal_point = False
-            opts.mapper.ba_refine_extra_params = False
+            ba = opts.mapper.bundle_adjustment  # pycolmap 4: the global mapper's BA options are nested
+            ba.refine_focal_length = refine
+            ba.refine_principal_point = False
+            ba.refine_extra_params = False
             models = p.global_mapping(db_path, images, out, options=opts)
         return [models[k] for k in sorted(models)]
 
