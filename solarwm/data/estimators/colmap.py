@@ -5,11 +5,21 @@ The pipeline, on a clip window's frames uint8 ``[F, H, W, 3]``:
 1. The frames are written as PNGs to a temporary folder; pycolmap extracts SIFT features on the
    CPU and matches each frame with its ``overlap`` successors (sequential matching, no loop
    closure: a clip window is one continuous shot).
-2. The incremental mapper (``mapper="incremental"``, the default) or the global mapper
-   (``mapper="global"``) reconstructs cameras and points.
+2. Mapping. The default, ``mapper="checked"``, runs the incremental mapper, then the global mapper
+   (rotation averaging, then global positioning) on the same matches with the incremental run's
+   intrinsics held fixed, and keeps the global run's cameras only if the two trajectories agree
+   (rotation, and camera centres after Sim(3)); when K is estimated it keeps the incremental run
+   unchecked (the global mapper cannot check an estimated focal: it came back 15-19 deg off on a
+   walk the incremental mapper got right). With known K, either mapper alone settles on some clips
+   on a trajectory 12-18 deg off with a low reprojection error (0.3-0.7 px) and nothing to flag it;
+   on the 160x120 clips measured the two never agreed on a wrong one, and where they agree the
+   global run halves the incremental one's errors (docs/results/2026-12-pose-estimation.md). The
+   cost: global positioning is weak on straight forward motion, so a known-K forward walk can
+   fail as ``unstable trajectory``. ``mapper="incremental"`` or ``"global"`` runs one mapper.
 3. Checks, each failing the clip with a named ``EstimationError``: every frame registered (a
    missing frame is never interpolated), one model only, at least ``min_points`` points, mean
-   reprojection error at most ``max_reproj_px``, and an estimated focal inside ``fov_range_deg``.
+   reprojection error at most ``max_reproj_px``, an estimated focal inside ``fov_range_deg``, and
+   (``checked``) the two mappers' agreement within ``agree_rot_deg`` and ``agree_pos_frac``.
 
 Intrinsics. A known ``K [F, 4]`` (pixels; COLMAP's pixel convention is the project's: the centre
 of column ``j`` is at ``u = j + 0.5``) is held fixed, or refined when ``refine_known_K``. An
@@ -35,6 +45,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from solarwm.camera.sim3 import trajectory_errors
 from solarwm.data.estimators import EstimationError, EstimatorUnavailable, PoseEstimate, register
 
 
@@ -42,7 +53,9 @@ from solarwm.data.estimators import EstimationError, EstimatorUnavailable, PoseE
 class ColmapOptions:
     """Tuning of ``colmap``; the defaults were measured on rendered worlds (benchmarks/pose_estimate.py)."""
 
-    mapper: str = "incremental"  # or "global" (GLOMAP), for known, good K
+    mapper: str = "checked"  # known K: incremental, then global, kept if they agree; else incremental; or one by name
+    agree_rot_deg: float = 2.0  # checked: worst rotation difference of the two mappers' trajectories
+    agree_pos_frac: float = 0.05  # checked: worst centre difference after Sim(3), as a fraction of the path
     refine_known_K: bool = False
     max_features: int = 4096
     # Frames are enlarged this many times before SIFT; None: 2 when K is unknown and the short side is
@@ -102,17 +115,17 @@ class ColmapEstimator:
         self.pycolmap = _pycolmap()
         self.version = f"1+pycolmap-{self.pycolmap.__version__}"
         self.opts = ColmapOptions(**options)
-        if self.opts.mapper not in ("incremental", "global"):
-            raise ValueError(f"mapper must be incremental or global, got {self.opts.mapper!r}")
+        if self.opts.mapper not in ("checked", "incremental", "global"):
+            raise ValueError(f"mapper must be checked, incremental or global, got {self.opts.mapper!r}")
         self.depth = depth
         # Declared up front: the metric bridge refuses a relative reference before running it.
         self.pose_units = "metric" if depth is not None else "relative"
 
     # ------------------------------------------------------------------ pycolmap calls
 
-    def _reconstruct(self, frames: np.ndarray, K: np.ndarray | None, focal_seed: float | None,
-                     work: Path) -> tuple[list[Any], dict[str, Any]]:
-        """Run extraction, matching and mapping in ``work``; returns the models and timing diagnostics."""
+    def _match(self, frames: np.ndarray, K: np.ndarray | None, focal_seed: float | None,
+               work: Path) -> tuple[Path, dict[str, Any]]:
+        """Extract and match features in ``work``; returns the database and timing diagnostics."""
         p, o = self.pycolmap, self.opts
         n, h, w = frames.shape[:3]
         images = work / "images"
@@ -168,16 +181,14 @@ class ColmapEstimator:
         p.match_sequential(db_path, matching_options=matching, pairing_options=pairing,
                            verification_options=verification, device=p.Device.cpu)
         t2 = time.perf_counter()
-        models = self._map(db_path, images, work / "sparse", K is None or o.refine_known_K, s)
-        t3 = time.perf_counter()
-        timing = {"features_s": round(t1 - t0, 3), "matching_s": round(t2 - t1, 3), "mapping_s": round(t3 - t2, 3)}
-        return models, timing
+        return db_path, {"features_s": round(t1 - t0, 3), "matching_s": round(t2 - t1, 3)}
 
-    def _map(self, db_path: Path, images: Path, out: Path, refine: bool, s: int) -> list[Any]:
-        """Mapping of a matched database; ``s`` is the frames' enlargement."""
+    def _map(self, db_path: Path, out: Path, mapper: str, refine: bool, s: int) -> list[Any]:
+        """Mapping of a matched database by ``mapper`` into ``out``; ``s`` is the frames' enlargement."""
         p, o = self.pycolmap, self.opts
+        images = db_path.parent / "images"
         out.mkdir()
-        if o.mapper == "incremental":
+        if mapper == "incremental":
             opts = p.IncrementalPipelineOptions()
             opts.num_threads = o.threads
             opts.random_seed = o.seed
@@ -230,13 +241,14 @@ class ColmapEstimator:
             focal_seed = self._focal_from_depth_model(frames)
             diag["focal_seed_px"] = round(focal_seed, 3)
             diag["focal_source"] = "estimated, seeded by the depth model's field of view"
-        with tempfile.TemporaryDirectory(prefix="solarwm-colmap-") as tmp:
-            models, timing = self._reconstruct(frames, K, focal_seed, Path(tmp))
-        diag.update(timing)
         up = self._upscale(K is None, h, w)
         diag["upscale"] = up
-        rec = self._check(models, n, w, h, K is None, up, diag)
-        c2w, K_out, observed = self._export(rec, n, up)
+        with tempfile.TemporaryDirectory(prefix="solarwm-colmap-") as tmp:
+            db_path, timing = self._match(frames, K, focal_seed, Path(tmp))
+            diag.update(timing)
+            t0 = time.perf_counter()
+            c2w, K_out, observed = self._mapped(db_path, n, w, h, K is None, up, diag)
+            diag["mapping_s"] = round(time.perf_counter() - t0, 3)
         units = "relative"
         depths = np.concatenate([ob.z for ob in observed])
         rel_scale = 1.0 / float(np.median(depths[depths > 0]))
@@ -267,6 +279,39 @@ class ColmapEstimator:
         if not fovs:
             raise EstimationError("focal: the depth model predicted no usable field of view")
         return float(w / (2.0 * math.tan(math.radians(float(np.median(fovs))) / 2.0)))
+
+    def _mapped(self, db_path: Path, n: int, w: int, h: int, focal_free: bool, up: int,
+                diag: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[Observed]]:
+        """The checked export of the configured mapper(s) (module docstring, 2.)."""
+        o = self.opts
+        refine = focal_free or o.refine_known_K
+        first = "global" if o.mapper == "global" else "incremental"
+        rec = self._check(self._map(db_path, db_path.parent / "sparse", first, refine, up), n, w, h, focal_free, up, diag)
+        out = self._export(rec, n, up)
+        if o.mapper != "checked":
+            return out
+        if focal_free:
+            # No check without K: on the unknown-K 160x120 walk the incremental run was right (1.2 deg) and the
+            # global one 15-19 deg off, whether it refined the focal or held the incremental one fixed.
+            diag["global_run"] = "skipped: K is estimated"
+            return out
+        # The global run starts from the incremental run's intrinsics (K, or K as refined), held fixed.
+        with self.pycolmap.Database.open(db_path) as db:
+            for camera_id, camera in rec.cameras.items():
+                cam = db.read_camera(camera_id)
+                cam.params, cam.has_prior_focal_length = camera.params, True
+                db.update_camera(cam)
+        check: dict[str, Any] = {}
+        diag["global_run"] = check
+        other = self._export(self._check(self._map(db_path, db_path.parent / "sparse_global", "global", False, up),
+                                         n, w, h, False, up, check), n, up)
+        err = trajectory_errors(other[0], out[0])
+        check["vs_incremental"] = {"rot_max_deg": round(err["rot_max_deg"], 4), "pos_max_frac": round(err["pos_max_frac"], 5)}
+        if not (err["rot_max_deg"] <= o.agree_rot_deg and err["pos_max_frac"] <= o.agree_pos_frac):
+            raise EstimationError(f"unstable trajectory: the incremental and global mappers disagree by "
+                                  f"{err['rot_max_deg']:.1f} deg and {100 * err['pos_max_frac']:.1f}% of the path "
+                                  f"(bounds {o.agree_rot_deg:g} deg, {100 * o.agree_pos_frac:g}%)")
+        return other
 
     def _check(self, models: list[Any], n: int, w: int, h: int, focal_free: bool, up: int,
                diag: dict[str, Any]) -> Any:
