@@ -93,8 +93,10 @@ def test_cli_ingest_forwards_the_executor(tmp_path, capsys):
     cfg = IngestConfig("dl3dv", str(tmp_path / "native"), str(tmp_path / "corpus"), "160f")
     item = get_source("dl3dv").list_items(tmp_path / "native")[0]
     assert pickle.loads(pickle.dumps((cfg, item))) == (cfg, item)  # what a process/cluster executor ships
+    # vipe fails every window closed, the same on every machine: what is tested is the executor, not SfM (colmap's
+    # outcome on these windows moved with the pycolmap version: failed on one, written on 4.1.1).
     args = ["data", "ingest", "--source", "dl3dv", "--root", str(tmp_path / "native"), "--out", str(tmp_path / "corpus"),
-            "--spec", "160f", "--workers", "1", "--executor", "process"]
+            "--spec", "160f", "--estimator", "vipe", "--workers", "1", "--executor", "process"]
     assert main(args) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
