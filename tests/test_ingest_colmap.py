@@ -80,3 +80,14 @@ def test_spatialvid_through_colmap_with_the_oracle_depth_is_kept_metric(tmp_path
     table, errors = records_to_table([flatten_meta(doc)])
     row = evaluate(POLICY, table, errors).table.to_pylist()[0]
     assert not [r for r in row["reasons"] if r.startswith("camera.")], row["reasons"]
+
+
+def test_the_bridge_runs_colmap_incremental_and_the_rest_of_ingest_checked():
+    # The bridge checks every window against the source's own poses; colmap's global second opinion would only
+    # cost it windows (it is wrong on mostly-forward known-K clips: docs/results/2026-12-pose-estimation.md).
+    from solarwm.data.sources.ingest import IngestConfig, _estimator
+
+    cfg = IngestConfig("sekai_game", "native", "corpus", "81f")
+    assert cfg.estimator == "colmap"
+    assert _estimator(cfg).opts.mapper == "checked"
+    assert _estimator(cfg, bridged=True).opts.mapper == "incremental"

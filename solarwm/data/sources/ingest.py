@@ -70,17 +70,22 @@ class IngestConfig:
     depth_model: str | None = None  # a transformers model folder, or oracle:DIR (estimators.depth)
 
 
-_ESTIMATORS: dict[tuple[str, str | None, str | None], Any] = {}
+_ESTIMATORS: dict[tuple[str, str | None, str | None, bool], Any] = {}
 
 
-def _estimator(cfg: IngestConfig) -> Any:
-    """The configured estimator, built once per process; raises ``SourceDefect('estimator_unavailable')``."""
+def _estimator(cfg: IngestConfig, bridged: bool = False) -> Any:
+    """The configured estimator, built once per process; raises ``SourceDefect('estimator_unavailable')``.
+
+    ``bridged``: for the metric bridge, which checks every window against the source's own poses; colmap then
+    runs its incremental mapper alone, since its own check (the global mapper's second opinion, ``checked``)
+    would only cost windows where global positioning fails on forward motion (docs/results/2026-12-pose-estimation.md).
+    """
     from solarwm.data.estimators import EstimatorUnavailable, get_estimator
 
-    key = (cfg.estimator, cfg.estimator_weights, cfg.depth_model)
+    key = (cfg.estimator, cfg.estimator_weights, cfg.depth_model, bridged)
     if key not in _ESTIMATORS:
         try:
-            options: dict[str, Any] = {}
+            options: dict[str, Any] = {"mapper": "incremental"} if bridged and cfg.estimator == "colmap" else {}
             if cfg.depth_model:
                 from solarwm.data.estimators.depth import get_depth_model
 
@@ -118,7 +123,7 @@ def _window_poses(cfg: IngestConfig, source: Source, clip: NativeClip, frames: n
     """Poses, K, units, extra conversions and provenance fields of one window, by the source's pose path."""
     if source.pose_path == "gt_pose_metric":
         return clip.c2w[idx], clip.K[idx], "metric", [], {}
-    est = _estimator(cfg)
+    est = _estimator(cfg, bridged=source.pose_path == "gt_pose_bridge")
     if source.pose_path == "gt_pose_bridge":
         scale, diag = windowed_metric_scale(clip.c2w[idx], frames, clip.K[idx], fps, est)
         c2w = cv.scale_translation(clip.c2w[idx], scale)
