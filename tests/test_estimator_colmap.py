@@ -65,7 +65,7 @@ def test_known_K_arc_is_accurate_and_metric_with_the_oracle_depth():
     assert est.pose_units == "metric" and est.c2w.shape == (F, 4, 4) and np.allclose(est.K, traj.K)
     d = est.diagnostics
     assert d["registered"] == F and d["focal_source"] == "given" and d["reprojection_px"] < 1.5
-    assert d["mapper"] == "checked" and d["global_run"]["vs_incremental"]["rot_max_deg"] <= 2.0
+    assert d["mapper"] == "checked" and d["global_run"]["vs_first"]["rot_max_deg"] <= 2.0
     err = trajectory_errors(est.c2w, traj.c2w)
     assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= POS_BOUND
     # metric: the similarity onto the true (metric) path needs no scale
@@ -92,7 +92,13 @@ def test_unknown_K_orbit_estimates_the_focal():
 
 
 NAMED = ("too few frames", "no model", "several disconnected models", "too few registered frames",
-         "too few points", "reprojection error", "focal:", "metric scale:", "unstable trajectory")
+         "too few points", "reprojection error", "focal:", "metric scale:", "unstable trajectory", "unstable focal")
+
+
+def test_the_second_focal_seed_nudges_the_first_wider():
+    assert get_estimator("colmap")._second_focal_seed(None, W, H) == pytest.approx(W)  # COLMAP's prior 1.2 W, over 1.2
+    assert get_estimator("colmap")._second_focal_seed(0.6 * W, W, H) == pytest.approx(0.5 * W)  # a depth-model seed
+    assert get_estimator("colmap", second_focal_seed_ratio=1.5)._second_focal_seed(None, H, W) == pytest.approx(0.8 * W)
 
 
 @pytest.mark.slow

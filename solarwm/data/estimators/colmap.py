@@ -8,18 +8,23 @@ The pipeline, on a clip window's frames uint8 ``[F, H, W, 3]``:
 2. Mapping. The default, ``mapper="checked"``, runs the incremental mapper, then the global mapper
    (rotation averaging, then global positioning) on the same matches with the incremental run's
    intrinsics held fixed, and keeps the global run's cameras only if the two trajectories agree
-   (rotation, and camera centres after Sim(3)); when K is estimated it keeps the incremental run
-   unchecked (the global mapper cannot check an estimated focal: it came back 15-19 deg off on a
-   walk the incremental mapper got right). With known K, either mapper alone settles on some clips
-   on a trajectory 12-18 deg off with a low reprojection error (0.3-0.7 px) and nothing to flag it;
-   on the 160x120 clips measured the two never agreed on a wrong one, and where they agree the
-   global run halves the incremental one's errors (docs/results/2026-12-pose-estimation.md). The
-   cost: global positioning is weak on straight forward motion, so a known-K forward walk can
-   fail as ``unstable trajectory``. ``mapper="incremental"`` or ``"global"`` runs one mapper.
+   (rotation, and camera centres after Sim(3)). With known K, either mapper alone settles on some
+   clips on a trajectory 12-18 deg off with a low reprojection error (0.3-0.7 px) and nothing to
+   flag it; on the 160x120 clips measured the two never agreed on a wrong one, and where they agree
+   the global run halves the incremental one's errors (docs/results/2026-12-pose-estimation.md).
+   The cost: global positioning is weak on straight forward motion, so a known-K forward walk can
+   fail as ``unstable trajectory``. When K is estimated the global mapper is no second opinion (it
+   came back 15-19 deg off on a walk the incremental mapper got right); instead the incremental
+   mapper runs twice, the second run's focal seeded ``second_focal_seed_ratio`` times shorter than
+   the first's (COLMAP's prior or the depth model's), each on its own matches, and the first run is
+   kept only if both find the same focal and trajectory: a well-observed focal returns to the same
+   value, a weakly observed one wanders (on 160x120 clips a single run returned focals 39% and 67%
+   off with nothing to flag them). ``mapper="incremental"`` or ``"global"`` runs one mapper.
 3. Checks, each failing the clip with a named ``EstimationError``: every frame registered (a
    missing frame is never interpolated), one model only, at least ``min_points`` points, mean
    reprojection error at most ``max_reproj_px``, an estimated focal inside ``fov_range_deg``, and
-   (``checked``) the two mappers' agreement within ``agree_rot_deg`` and ``agree_pos_frac``.
+   (``checked``) the two runs' agreement within ``agree_rot_deg`` and ``agree_pos_frac`` (and, K
+   estimated, ``agree_focal_frac``).
 
 Intrinsics. A known ``K [F, 4]`` (pixels; COLMAP's pixel convention is the project's: the centre
 of column ``j`` is at ``u = j + 0.5``) is held fixed, or refined when ``refine_known_K``. An
@@ -36,6 +41,7 @@ rescales the trajectory to metres (``pose_units = "metric"``).
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -53,9 +59,13 @@ from solarwm.data.estimators import EstimationError, EstimatorUnavailable, PoseE
 class ColmapOptions:
     """Tuning of ``colmap``; the defaults were measured on rendered worlds (benchmarks/pose_estimate.py)."""
 
-    mapper: str = "checked"  # known K: incremental, then global, kept if they agree; else incremental; or one by name
-    agree_rot_deg: float = 2.0  # checked: worst rotation difference of the two mappers' trajectories
+    mapper: str = "checked"  # a second opinion (module docstring, 2.), or one mapper by name
+    agree_rot_deg: float = 2.0  # checked: worst rotation difference of the two runs' trajectories
     agree_pos_frac: float = 0.05  # checked: worst centre difference after Sim(3), as a fraction of the path
+    agree_focal_frac: float = 0.03  # checked, K estimated: relative difference of the two runs' focals
+    # checked, K estimated: the second run's focal seed is the first's divided by this (a wider field of view).
+    # A nudge, not the far end of the range: seeded at 90 deg, well-observed clips landed on a 12 deg field of view.
+    second_focal_seed_ratio: float = 1.2
     refine_known_K: bool = False
     max_features: int = 4096
     # Frames are enlarged this many times before SIFT; None: 2 when K is unknown and the short side is
@@ -123,9 +133,8 @@ class ColmapEstimator:
 
     # ------------------------------------------------------------------ pycolmap calls
 
-    def _match(self, frames: np.ndarray, K: np.ndarray | None, focal_seed: float | None,
-               work: Path) -> tuple[Path, dict[str, Any]]:
-        """Extract and match features in ``work``; returns the database and timing diagnostics."""
+    def _extract(self, frames: np.ndarray, K: np.ndarray | None, focal_seed: float | None, work: Path) -> Path:
+        """Write the frames and extract their features into ``work/database.db``, the cameras set from K or the seed."""
         p, o = self.pycolmap, self.opts
         n, h, w = frames.shape[:3]
         images = work / "images"
@@ -155,7 +164,6 @@ class ColmapEstimator:
         extraction.sift.max_num_features = o.max_features
         extraction.sift.peak_threshold = o.peak_threshold
         mode = p.CameraMode.PER_IMAGE if (K is not None and not same_K) else p.CameraMode.SINGLE
-        t0 = time.perf_counter()
         p.extract_features(db_path, images, image_names=names, camera_mode=mode, reader_options=reader,
                            extraction_options=extraction, device=p.Device.cpu)
         with p.Database.open(db_path) as db:
@@ -168,7 +176,19 @@ class ColmapEstimator:
                 elif focal_seed is not None:
                     cam.has_prior_focal_length = True
                 db.update_camera(cam)
-        t1 = time.perf_counter()
+        return db_path
+
+    def _seed_focal(self, db_path: Path, focal: float) -> None:
+        """Seed the one estimated camera of an extracted database at ``focal`` (pixels of its images)."""
+        with self.pycolmap.Database.open(db_path) as db:
+            for cam in db.read_all_cameras():
+                cam.params = [focal, cam.width / 2.0, cam.height / 2.0]
+                cam.has_prior_focal_length = True
+                db.update_camera(cam)
+
+    def _match(self, db_path: Path, s: int) -> None:
+        """Sequential matching and two-view verification of an extracted database (frames enlarged ``s`` times)."""
+        p, o = self.pycolmap, self.opts
         matching = p.FeatureMatchingOptions()
         matching.num_threads = o.threads
         matching.guided_matching = o.guided_matching
@@ -180,8 +200,6 @@ class ColmapEstimator:
         pairing.loop_detection = False
         p.match_sequential(db_path, matching_options=matching, pairing_options=pairing,
                            verification_options=verification, device=p.Device.cpu)
-        t2 = time.perf_counter()
-        return db_path, {"features_s": round(t1 - t0, 3), "matching_s": round(t2 - t1, 3)}
 
     def _map(self, db_path: Path, out: Path, mapper: str, refine: bool, s: int) -> list[Any]:
         """Mapping of a matched database by ``mapper`` into ``out``; ``s`` is the frames' enlargement."""
@@ -244,11 +262,24 @@ class ColmapEstimator:
         up = self._upscale(K is None, h, w)
         diag["upscale"] = up
         with tempfile.TemporaryDirectory(prefix="solarwm-colmap-") as tmp:
-            db_path, timing = self._match(frames, K, focal_seed, Path(tmp))
-            diag.update(timing)
             t0 = time.perf_counter()
-            c2w, K_out, observed = self._mapped(db_path, n, w, h, K is None, up, diag)
-            diag["mapping_s"] = round(time.perf_counter() - t0, 3)
+            db_path = self._extract(frames, K, focal_seed, Path(tmp))
+            second = None
+            if o.mapper == "checked" and K is None:
+                # The second opinion's own matches: the seed decides calibrated two-view geometry too.
+                second = Path(tmp) / "database_second.db"
+                shutil.copyfile(db_path, second)
+                seed = self._second_focal_seed(focal_seed, w, h)
+                self._seed_focal(second, seed * up)
+                diag["second_focal_seed_px"] = round(seed, 3)
+            t1 = time.perf_counter()
+            for db in (db_path, second):
+                if db is not None:
+                    self._match(db, up)
+            t2 = time.perf_counter()
+            c2w, K_out, observed = self._mapped(db_path, second, n, w, h, K is None, up, diag)
+            diag.update(features_s=round(t1 - t0, 3), matching_s=round(t2 - t1, 3),
+                        mapping_s=round(time.perf_counter() - t2, 3))
         units = "relative"
         depths = np.concatenate([ob.z for ob in observed])
         rel_scale = 1.0 / float(np.median(depths[depths > 0]))
@@ -280,9 +311,14 @@ class ColmapEstimator:
             raise EstimationError("focal: the depth model predicted no usable field of view")
         return float(w / (2.0 * math.tan(math.radians(float(np.median(fovs))) / 2.0)))
 
-    def _mapped(self, db_path: Path, n: int, w: int, h: int, focal_free: bool, up: int,
+    def _second_focal_seed(self, focal_seed: float | None, w: int, h: int) -> float:
+        """The second run's focal seed (pixels of the input frames): the first run's, over ``second_focal_seed_ratio``."""
+        first = 1.2 * max(w, h) if focal_seed is None else focal_seed  # COLMAP's own prior when nothing seeds it
+        return first / self.opts.second_focal_seed_ratio
+
+    def _mapped(self, db_path: Path, second: Path | None, n: int, w: int, h: int, focal_free: bool, up: int,
                 diag: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[Observed]]:
-        """The checked export of the configured mapper(s) (module docstring, 2.)."""
+        """The checked export of the configured mapper(s) (module docstring, 2.); ``second``: the second seed's database."""
         o = self.opts
         refine = focal_free or o.refine_known_K
         first = "global" if o.mapper == "global" else "incremental"
@@ -290,10 +326,28 @@ class ColmapEstimator:
         out = self._export(rec, n, up)
         if o.mapper != "checked":
             return out
+        check: dict[str, Any] = {}
         if focal_free:
-            # No check without K: on the unknown-K 160x120 walk the incremental run was right (1.2 deg) and the
-            # global one 15-19 deg off, whether it refined the focal or held the incremental one fixed.
-            diag["global_run"] = "skipped: K is estimated"
+            # The global mapper is no check of an estimated focal (15-19 deg off on a walk the incremental
+            # mapper got right): the incremental mapper again, from the other end of the field-of-view range.
+            assert second is not None
+            diag["second_run"] = check
+            try:
+                other = self._export(self._check(self._map(second, db_path.parent / "sparse_second", "incremental",
+                                                           True, up), n, w, h, True, up, check), n, up)
+            except EstimationError as e:
+                raise EstimationError(f"unstable focal: the run seeded at {diag['second_focal_seed_px']:.1f} px "
+                                      f"failed where the first passed ({e})") from None
+            f1, f2 = float(out[1][0, 0]), float(other[1][0, 0])
+            apart = abs(f2 / f1 - 1.0)
+            check["focal_frac"] = round(apart, 5)
+            if not apart <= o.agree_focal_frac:
+                seeds = (diag.get("focal_seed_px", 1.2 * max(w, h)), diag["second_focal_seed_px"])
+                fov = [math.degrees(2.0 * math.atan(w / (2.0 * f))) for f in seeds]
+                raise EstimationError(f"unstable focal: incremental runs seeded at {fov[0]:.0f} and {fov[1]:.0f} deg "
+                                      f"field of view estimate {f1:.1f} and {f2:.1f} px, {100 * apart:.1f}% apart "
+                                      f"(bound {100 * o.agree_focal_frac:g}%)")
+            self._agree(out, other, "the incremental runs from the two focal seeds", check)
             return out
         # The global run starts from the incremental run's intrinsics (K, or K as refined), held fixed.
         with self.pycolmap.Database.open(db_path) as db:
@@ -301,17 +355,21 @@ class ColmapEstimator:
                 cam = db.read_camera(camera_id)
                 cam.params, cam.has_prior_focal_length = camera.params, True
                 db.update_camera(cam)
-        check: dict[str, Any] = {}
         diag["global_run"] = check
         other = self._export(self._check(self._map(db_path, db_path.parent / "sparse_global", "global", False, up),
                                          n, w, h, False, up, check), n, up)
-        err = trajectory_errors(other[0], out[0])
-        check["vs_incremental"] = {"rot_max_deg": round(err["rot_max_deg"], 4), "pos_max_frac": round(err["pos_max_frac"], 5)}
-        if not (err["rot_max_deg"] <= o.agree_rot_deg and err["pos_max_frac"] <= o.agree_pos_frac):
-            raise EstimationError(f"unstable trajectory: the incremental and global mappers disagree by "
-                                  f"{err['rot_max_deg']:.1f} deg and {100 * err['pos_max_frac']:.1f}% of the path "
-                                  f"(bounds {o.agree_rot_deg:g} deg, {100 * o.agree_pos_frac:g}%)")
+        self._agree(out, other, "the incremental and global mappers", check)
         return other
+
+    def _agree(self, a: tuple, b: tuple, who: str, check: dict[str, Any]) -> None:
+        """Two runs' trajectories agree within ``agree_rot_deg`` and ``agree_pos_frac``, or ``unstable trajectory``."""
+        o = self.opts
+        err = trajectory_errors(b[0], a[0])
+        check["vs_first"] = {"rot_max_deg": round(err["rot_max_deg"], 4), "pos_max_frac": round(err["pos_max_frac"], 5)}
+        if not (err["rot_max_deg"] <= o.agree_rot_deg and err["pos_max_frac"] <= o.agree_pos_frac):
+            raise EstimationError(f"unstable trajectory: {who} disagree by {err['rot_max_deg']:.1f} deg and "
+                                  f"{100 * err['pos_max_frac']:.1f}% of the path "
+                                  f"(bounds {o.agree_rot_deg:g} deg, {100 * o.agree_pos_frac:g}%)")
 
     def _check(self, models: list[Any], n: int, w: int, h: int, focal_free: bool, up: int,
                diag: dict[str, Any]) -> Any:
