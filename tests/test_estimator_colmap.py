@@ -9,7 +9,7 @@ Bounds (issue #33), 81 frames at 160×120, 16 fps, fov 70°, after ``sim3.trajec
   issue's 1% is NOT met; see docs/results/2026-12-pose-estimation.md);
 * metric scale with the oracle depth (the renderer's true depth): within 3% of the truth
   (measured −1.95% on the arc with 8 sampled frames; the incremental mapper −3.0%);
-* unknown K (slow: SIFT on 2×-enlarged frames): focal within 3%, rotation ≤ 2°;
+* unknown K (slow: SIFT on 2×-enlarged frames, two seeded runs): focal within 3%, rotation ≤ 2°;
 * a static camera, a textureless clip, a scene cut and a 5-frame clip fail with named errors.
 
 SfM costs ~30-60 s per 81-frame clip on one core, so only the two known-K clips run by default.
@@ -102,19 +102,23 @@ def test_the_second_focal_seed_nudges_the_first_wider():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("i", [0, 1, 2])
-def test_random_clip_meets_the_bounds_or_fails_by_name(i):
+@pytest.mark.parametrize("i, known", [(0, True), (1, True), (2, True), (0, False)])
+def test_random_clip_meets_the_bounds_or_fails_by_name(i, known):
     # Unchecked, pycolmap 4.1.1's incremental mapper sends random1 and random2 16-18 deg off and its global mapper
-    # random0 12 deg off, each with a low reprojection error; the checked default must fail those by name.
+    # random0 12 deg off, each with a low reprojection error; with K estimated, one incremental run puts random0's
+    # focal 67% short. The checked default must fail those by name.
     traj = sample_trajectory(np.random.default_rng([7, i]), F, W, H, 16.0)  # the benchmark's random{i}
     frames = render_clip(make_scene(np.random.default_rng(100 + i), traj.c2w), traj)
     try:
-        est = get_estimator("colmap").estimate(frames, traj.K, 16.0)
+        est = get_estimator("colmap").estimate(frames, traj.K if known else None, 16.0)
     except EstimationError as e:
         assert str(e).startswith(NAMED), str(e)
         return
     err = trajectory_errors(est.c2w, traj.c2w)
-    assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= POS_BOUND
+    if known:
+        assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= POS_BOUND
+    else:
+        assert err["rot_max_deg"] <= 2.0 and abs(est.K[0, 0] / traj.K[0, 0] - 1) <= 0.03
 
 
 def test_degenerate_clips_fail_by_name():
