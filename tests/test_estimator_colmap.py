@@ -96,9 +96,12 @@ NAMED = ("too few frames", "no model", "several disconnected models", "too few r
 
 
 def test_the_second_focal_seed_nudges_the_first_wider():
-    assert get_estimator("colmap")._second_focal_seed(None, W, H) == pytest.approx(W)  # COLMAP's prior 1.2 W, over 1.2
-    assert get_estimator("colmap")._second_focal_seed(0.6 * W, W, H) == pytest.approx(0.5 * W)  # a depth-model seed
-    assert get_estimator("colmap", second_focal_seed_ratio=1.5)._second_focal_seed(None, H, W) == pytest.approx(0.8 * W)
+    assert get_estimator("colmap")._focal_seeds(None, W, H) == pytest.approx((1.2 * W, W))  # COLMAP's prior 1.2 W
+    assert get_estimator("colmap")._focal_seeds(0.6 * W, W, H) == pytest.approx((0.6 * W, 0.5 * W))  # a depth-model seed
+    assert get_estimator("colmap", second_focal_seed_ratio=1.5)._focal_seeds(None, H, W) == pytest.approx((1.2 * W, 0.8 * W))
+    for bad in (1.0, 0.0, -1.2):  # 1 repeats the first run: no second opinion
+        with pytest.raises(ValueError, match="second_focal_seed_ratio"):
+            get_estimator("colmap", second_focal_seed_ratio=bad)
 
 
 @pytest.mark.slow

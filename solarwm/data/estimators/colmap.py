@@ -127,6 +127,9 @@ class ColmapEstimator:
         self.opts = ColmapOptions(**options)
         if self.opts.mapper not in ("checked", "incremental", "global"):
             raise ValueError(f"mapper must be checked, incremental or global, got {self.opts.mapper!r}")
+        if not (self.opts.second_focal_seed_ratio > 0 and self.opts.second_focal_seed_ratio != 1):
+            # 1 would repeat the first run (no second opinion); <= 0 is no focal at all.
+            raise ValueError(f"second_focal_seed_ratio must be positive and not 1, got {self.opts.second_focal_seed_ratio!r}")
         self.depth = depth
         # Declared up front: the metric bridge refuses a relative reference before running it.
         self.pose_units = "metric" if depth is not None else "relative"
@@ -269,9 +272,9 @@ class ColmapEstimator:
                 # The second opinion's own matches: the seed decides calibrated two-view geometry too.
                 second = Path(tmp) / "database_second.db"
                 shutil.copyfile(db_path, second)
-                seed = self._second_focal_seed(focal_seed, w, h)
+                first_seed, seed = self._focal_seeds(focal_seed, w, h)
                 self._seed_focal(second, seed * up)
-                diag["second_focal_seed_px"] = round(seed, 3)
+                diag["first_focal_seed_px"], diag["second_focal_seed_px"] = round(first_seed, 3), round(seed, 3)
             t1 = time.perf_counter()
             for db in (db_path, second):
                 if db is not None:
@@ -311,10 +314,10 @@ class ColmapEstimator:
             raise EstimationError("focal: the depth model predicted no usable field of view")
         return float(w / (2.0 * math.tan(math.radians(float(np.median(fovs))) / 2.0)))
 
-    def _second_focal_seed(self, focal_seed: float | None, w: int, h: int) -> float:
-        """The second run's focal seed (pixels of the input frames): the first run's, over ``second_focal_seed_ratio``."""
+    def _focal_seeds(self, focal_seed: float | None, w: int, h: int) -> tuple[float, float]:
+        """The two runs' focal seeds (pixels of the input frames): the first's, and it over ``second_focal_seed_ratio``."""
         first = 1.2 * max(w, h) if focal_seed is None else focal_seed  # COLMAP's own prior when nothing seeds it
-        return first / self.opts.second_focal_seed_ratio
+        return first, first / self.opts.second_focal_seed_ratio
 
     def _mapped(self, db_path: Path, second: Path | None, n: int, w: int, h: int, focal_free: bool, up: int,
                 diag: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[Observed]]:
@@ -342,7 +345,7 @@ class ColmapEstimator:
             apart = abs(f2 / f1 - 1.0)
             check["focal_frac"] = round(apart, 5)
             if not apart <= o.agree_focal_frac:
-                seeds = (diag.get("focal_seed_px", 1.2 * max(w, h)), diag["second_focal_seed_px"])
+                seeds = (diag["first_focal_seed_px"], diag["second_focal_seed_px"])
                 fov = [math.degrees(2.0 * math.atan(w / (2.0 * f))) for f in seeds]
                 raise EstimationError(f"unstable focal: incremental runs seeded at {fov[0]:.0f} and {fov[1]:.0f} deg "
                                       f"field of view estimate {f1:.1f} and {f2:.1f} px, {100 * apart:.1f}% apart "
