@@ -195,3 +195,23 @@ def test_camera_guidance_pushes_the_real_score_away_from_a_still_camera(corpus, 
     module.camera_guidance_scale = 0.0
     module.student_loss(batch, torch.Generator().manual_seed(0))
     assert len(calls) == 1 and torch.allclose(seen["real"], torch.ones_like(seen["real"]))
+
+
+def test_regression_weight_adds_the_mse_of_the_generated_frames_to_the_clip(corpus):
+    batch = one_batch(corpus)
+    plain = make_module(guidance_scale=0.0)
+    with_reg = make_module(guidance_scale=0.0, regression_weight=0.5)
+    with_reg.load_state_dict(plain.state_dict())
+    rng = lambda: torch.Generator().manual_seed(3)  # noqa: E731 - the same rollout for both
+    exit_step, streams = plain.draws(batch, rng())
+    output, _, x0 = plain.rollout_and_replay(batch, exit_step, streams, grad=False)
+    gen = output[:, :, plain.generator.clean_latent_frames:]
+    expected = 0.5 * ((gen - x0[:, :, plain.generator.clean_latent_frames:]) ** 2).mean()
+    assert expected > 0
+    loss = with_reg.student_loss(batch, rng())
+    assert torch.allclose(loss - plain.student_loss(batch, rng()), expected, rtol=1e-4)
+    loss.backward()  # the term trains the student only
+    assert any(p.grad is not None for p in with_reg.generator.parameters())
+    assert all(p.grad is None for p in with_reg.fake_score.parameters())
+    with pytest.raises(ValueError, match="regression_weight"):
+        make_module(regression_weight=-1.0)

@@ -78,6 +78,10 @@ class DMDModule(CausalGenerateMixin, StageModule):
         camera_guidance_scale: real-score camera guidance ``+ g·(cond - still)``, where ``still`` holds the
             first frame's camera for every frame (0 = off): it pushes the student away from the still camera a
             hedging score drifts towards, so the video moves as far as it is told.
+        regression_weight: weight ``λ`` of a regression term added to the student's loss, ``λ·MSE(output, x0)`` over
+            its generated latent frames against the clip it is conditioned on (0 = off, the plain DMD of eq. 3).
+            DMD's own paper pairs its distribution loss with a regression loss; here the target is the real clip,
+            which in a static world is fixed by the first frame and the camera except where content is unseen.
         score_min, score_max: clamp of the shifted score sigma.
         score_shift: the flow shift of the score (and critic) sigmas; None = the route's own shift (the
             reference; Self-Forcing shifts, DMD/DMD2 draw uniform timesteps, i.e. 1.0).
@@ -98,6 +102,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         guidance_scale: float = 3.0,
         negative_prompt: str = "",
         camera_guidance_scale: float = 0.0,
+        regression_weight: float = 0.0,
         score_min: float = 0.02,
         score_max: float = 0.98,
         score_shift: float | None = None,
@@ -111,6 +116,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
         generator = adapter
         if student_update_every < 1 or num_steps < 1 or not 0.0 <= score_min < score_max <= 1.0:
             raise ValueError("DMDModule: student_update_every, num_steps >= 1 and 0 <= score_min < score_max <= 1")
+        if regression_weight < 0:
+            raise ValueError(f"DMDModule: regression_weight must be >= 0, got {regression_weight}")
         if score_shift is not None and score_shift <= 0:
             raise ValueError(f"DMDModule: score_shift must be > 0 (or None for the route's shift), got {score_shift}")
         # Copies share the frozen codec and text encoder instead of duplicating them (loaded once).
@@ -129,7 +136,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         self.critic_optimizer_factory = critic_optimizer
         self.student_update_every, self.num_steps = student_update_every, num_steps
         self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
-        self.camera_guidance_scale = camera_guidance_scale
+        self.camera_guidance_scale, self.regression_weight = camera_guidance_scale, regression_weight
         self.score_min, self.score_max, self.grad_clip, self.seed = score_min, score_max, grad_clip, seed
         self.score_shift = generator.shift if score_shift is None else score_shift  # resolved once, at set-up
         self.solver, self.sample_steps = "renoise", num_steps
@@ -209,7 +216,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         return noisy - sigma_pf[:, None, :, None, None] * adapter(noisy, sigma_pf, cond).float()
 
     def student_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
-        """The DMD surrogate on one rollout-and-replay (gradient flows into the student only)."""
+        """The DMD surrogate on one rollout-and-replay, plus ``regression_weight`` × its MSE to the clip (student only)."""
         exit_step, streams = self.draws(batch, rng)
         output, cond, x0 = self.rollout_and_replay(batch, exit_step, streams, grad=True)
         with torch.no_grad():
@@ -226,7 +233,10 @@ class DMDModule(CausalGenerateMixin, StageModule):
                 real_x0 = real_x0 + self.camera_guidance_scale * (cond_x0 - still_x0)
             mask = self.generator.loss_mask(output)
             grad = dmd_gradient(output, fake_x0, real_x0, mask)
-        return dmd_surrogate(output, grad, mask)
+        loss = dmd_surrogate(output, grad, mask)
+        if self.regression_weight > 0:
+            loss = loss + self.regression_weight * self.generator.loss(output.float(), x0.float(), mask)
+        return loss
 
     def critic_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
         """Flow loss of the fake score on the student's generated latents (rollout without grad)."""
