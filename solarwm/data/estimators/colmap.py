@@ -260,8 +260,10 @@ class ColmapEstimator:
         focal_seed = None
         if K is None and self.depth is not None and getattr(self.depth, "predicts_fov", False):
             focal_seed = self._focal_from_depth_model(frames)
-            diag["focal_seed_px"] = round(focal_seed, 3)
             diag["focal_source"] = "estimated, seeded by the depth model's field of view"
+        if K is None:
+            first_seed, second_seed = self._focal_seeds(focal_seed, w, h)
+            diag["focal_seed_px"] = round(first_seed, 3)
         up = self._upscale(K is None, h, w)
         diag["upscale"] = up
         with tempfile.TemporaryDirectory(prefix="solarwm-colmap-") as tmp:
@@ -272,9 +274,8 @@ class ColmapEstimator:
                 # The second opinion's own matches: the seed decides calibrated two-view geometry too.
                 second = Path(tmp) / "database_second.db"
                 shutil.copyfile(db_path, second)
-                first_seed, seed = self._focal_seeds(focal_seed, w, h)
-                self._seed_focal(second, seed * up)
-                diag["first_focal_seed_px"], diag["second_focal_seed_px"] = round(first_seed, 3), round(seed, 3)
+                self._seed_focal(second, second_seed * up)
+                diag["second_focal_seed_px"] = round(second_seed, 3)
             t1 = time.perf_counter()
             for db in (db_path, second):
                 if db is not None:
@@ -345,7 +346,7 @@ class ColmapEstimator:
             apart = abs(f2 / f1 - 1.0)
             check["focal_frac"] = round(apart, 5)
             if not apart <= o.agree_focal_frac:
-                seeds = (diag["first_focal_seed_px"], diag["second_focal_seed_px"])
+                seeds = (diag["focal_seed_px"], diag["second_focal_seed_px"])
                 fov = [math.degrees(2.0 * math.atan(w / (2.0 * f))) for f in seeds]
                 raise EstimationError(f"unstable focal: incremental runs seeded at {fov[0]:.0f} and {fov[1]:.0f} deg "
                                       f"field of view estimate {f1:.1f} and {f2:.1f} px, {100 * apart:.1f}% apart "
