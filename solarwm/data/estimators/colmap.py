@@ -18,10 +18,10 @@ The pipeline, on a clip window's frames uint8 ``[F, H, W, 3]``:
    explain the same matches (all verified matches triangulated anew with the run's poses held
    fixed, mean reprojection error), and the best run is kept when every run it disagrees with
    scores ``select_margin`` times worse. It recovers most forward walks, but once kept a wrong
-   minimum that explained the matches better, so it is not the default. When K is estimated the global mapper is no second opinion (it
-   came back 15-19 deg off on a walk the incremental mapper got right); instead the incremental
-   mapper runs twice, the second run's focal seeded ``second_focal_seed_ratio`` times shorter than
-   the first's (COLMAP's prior or the depth model's), each on its own matches, and the first run is
+   minimum that explained the matches better, so it is not the default. When K is estimated the
+   global mapper is no second opinion (it came back 15-19 deg off on a walk the incremental mapper
+   got right); instead the incremental mapper runs twice, the second run's focal seeded
+   ``second_focal_seed_ratio`` times shorter than the first's (COLMAP's prior or the depth model's), each on its own matches, and the first run is
    kept only if both find the same focal and trajectory: a well-observed focal returns to the same
    value, a weakly observed one wanders (on 160x120 clips a single run returned focals 39% and 67%
    off with nothing to flag them). ``mapper="incremental"`` or ``"global"`` runs one mapper.
@@ -388,20 +388,28 @@ class ColmapEstimator:
                 cam.params, cam.has_prior_focal_length = camera.params, True
                 db.update_camera(cam)
         diag["global_run"] = check
-        work = db_path.parent
-        grec = self._check(self._map(db_path, work / "sparse_global", "global", False, up), n, w, h, False, up, check)
+        grec = self._check(self._map(db_path, db_path.parent / "sparse_global", "global", False, up),
+                           n, w, h, False, up, check)
         other = self._export(grec, n, up)
         try:
             self._agree(out, other, "the incremental and global mappers", check)
-            return other
         except EstimationError as disagreement:
             if o.select_margin is None:
                 raise
-            reason = str(disagreement)
-        # They disagree: one of them (or both) sits in a wrong minimum. A third run (the incremental mapper,
-        # another seed) joins them, each run's poses are scored by how well they explain the same matches,
-        # and the best is kept only if it explains them clearly better than every run it disagrees with.
-        runs: dict[str, tuple[Any, tuple]] = {"incremental": (rec, out), "global": (grec, other)}
+            return self._select({"incremental": (rec, out), "global": (grec, other)}, str(disagreement),
+                                db_path, n, w, h, up, diag)
+        return other
+
+    def _select(self, runs: dict[str, tuple[Any, tuple]], reason: str, db_path: Path, n: int, w: int, h: int,
+                up: int, diag: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[Observed]]:
+        """Known K, the two mappers disagreeing: the export of the run that explains the matches clearly best.
+
+        One of them (or both) sits in a wrong minimum. A third run (the incremental mapper, another seed)
+        joins ``runs`` (name → (reconstruction, export)); each run's poses are scored by how well they explain
+        the same matches, and the best is kept only if every run it disagrees with scores ``select_margin``
+        times worse; else ``unstable trajectory`` (``reason``) with the scores.
+        """
+        o, work = self.opts, db_path.parent
         third: dict[str, Any] = {}
         diag["third_run"] = third
         try:
@@ -412,20 +420,19 @@ class ColmapEstimator:
             third["failed"] = str(e)
         score = {k: self._retriangulated_px(r, db_path, work / f"retriangulated_{i}", up)
                  for i, (k, (r, _)) in enumerate(runs.items())}
-        selection: dict[str, Any] = {"retriangulated_px": {k: round(v, 4) for k, v in score.items()}}
-        diag["selection"] = selection
+        diag["selection"] = {"retriangulated_px": {k: round(v, 4) for k, v in score.items()}}
         best = min(score, key=score.get)
-        rivals = [k for k in runs if k != best and not self._apart(runs[best][1], runs[k][1])[1]]
-        close = [k for k in rivals if not score[k] >= o.select_margin * score[best]]
+        close = [k for k in runs if k != best and not self._apart(runs[best][1], runs[k][1])[1]
+                 and not score[k] >= o.select_margin * score[best]]
         if close:
             shown = ", ".join(f"{k} {score[k]:.3f} px" for k in runs)
             raise EstimationError(f"{reason}; no run explains the matches clearly best (retriangulated reprojection "
                                   f"error: {shown}; margin {o.select_margin:g}x)")
-        selection["kept"] = best
+        diag["selection"]["kept"] = best
         return runs[best][1]
 
     def _apart(self, a: tuple, b: tuple) -> tuple[dict[str, float], bool]:
-        """Two runs' trajectory differences (``sim3.trajectory_errors``), and whether they are within the agreement bounds."""
+        """Two runs' trajectory differences (``sim3.trajectory_errors``) and whether they are within the bounds."""
         err = trajectory_errors(b[0], a[0])
         return err, err["rot_max_deg"] <= self.opts.agree_rot_deg and err["pos_max_frac"] <= self.opts.agree_pos_frac
 
