@@ -3,16 +3,18 @@
 Bounds (issue #33), 81 frames at 160×120, 16 fps, fov 70°, after ``sim3.trajectory_errors``
 (rotation from the orientations, scale and translation from the centres):
 
-* known K, walk-and-turn arc and orbit (the checked mapper keeps the global run): worst rotation
-  error ≤ 1° (measured 0.37° and 0.41° with pycolmap 4.1.1; the incremental mapper alone 0.79° and
-  0.80°) and worst camera-centre error ≤ 3.5% of the path (measured 1.1% and 2.6%; the
-  issue's 1% is NOT met; see docs/results/2026-12-pose-estimation.md);
-* metric scale with the oracle depth (the renderer's true depth): within 3% of the truth
-  (measured −1.95% on the arc with 8 sampled frames; the incremental mapper −3.0%);
-* unknown K (slow: SIFT on 2×-enlarged frames, two seeded runs): focal within 3%, rotation ≤ 2°;
+* known K, walk-and-turn arc and orbit (SIFT on 2×-enlarged frames; the checked mapper keeps the
+  global run): worst rotation error ≤ 1° (measured 0.16° and 0.72° with pycolmap 4.1.1) and worst
+  camera-centre error ≤ 1% of the path (measured 0.46% and 0.79%; without the enlargement 1.1% and
+  2.6%: docs/results/2026-12-pose-estimation.md, "2× enlargement with known K");
+* metric scale with the oracle depth (the renderer's true depth): within 2% of the truth
+  (measured −0.6% on the arc with 8 sampled frames);
+* unknown K (slow: two seeded runs): focal within 3%, rotation ≤ 2°;
+* random seeded paths (slow): kept within 1° and 2.5% of the path (the issue's 1% is not met on them), or
+  failed with a named reason;
 * a static camera, a textureless clip, a scene cut and a 5-frame clip fail with named errors.
 
-SfM costs ~30-60 s per 81-frame clip on one core, so only the two known-K clips run by default.
+SfM costs ~40-120 s per 81-frame clip on one core.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from solarwm.data.sources.synthetic import make_scene, render_clip, sample_traje
 W, H, F = 160, 120, 81
 ARC = (1, T.Segment(F - 1, forward=4.0, yaw=60.0))
 ORBIT = (2, T.orbit(F - 1, 60.0, radius=4.0))
-POS_BOUND = 0.035  # worst camera-centre error / path length (measured 1.1% arc, 2.6% orbit)
+POS_BOUND = 0.01  # worst camera-centre error / path length (measured 0.46% arc, 0.79% orbit)
+# Random paths (turns, climbs, strafes mixed) at 160x120 do NOT meet the issue's 1% on their centres: kept,
+# random0-2 measured 0.79%, 2.18% and 1.36% (rotation 0.39-0.78 deg).
+RANDOM_POS_BOUND = 0.025
 
 
 def rendered(seed: int, segment: T.Segment, frames: int = F, w: int = W, h: int = H):
@@ -69,7 +74,7 @@ def test_known_K_arc_is_accurate_and_metric_with_the_oracle_depth():
     err = trajectory_errors(est.c2w, traj.c2w)
     assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= POS_BOUND
     # metric: the similarity onto the true (metric) path needs no scale
-    assert abs(err["scale"] - 1.0) <= 0.03, err
+    assert abs(err["scale"] - 1.0) <= 0.02, err
     assert d["metric_scale"]["spread"] < 0.05 and d["depth_model"]["name"] == "oracle"
 
 
@@ -107,11 +112,11 @@ def test_the_second_focal_seed_nudges_the_first_wider():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("i, known", [(0, True), (2, True), (0, False)])  # random1 with K: the next test
+@pytest.mark.parametrize("i, known", [(0, True), (1, True), (2, True), (0, False)])
 def test_random_clip_meets_the_bounds_or_fails_by_name(i, known):
-    # Unchecked, pycolmap 4.1.1's incremental mapper sends random1 and random2 16-18 deg off and its global mapper
-    # random0 12 deg off, each with a low reprojection error; with K estimated, one incremental run puts random0's
-    # focal 67% short. The checked default must fail those by name.
+    # Frames not enlarged and unchecked, pycolmap 4.1.1's incremental mapper sends random1 and random2 16-18 deg off
+    # and its global mapper random0 12 deg off, each with a low reprojection error; with K estimated, one incremental
+    # run puts random0's focal 67% short. The checked default must keep them right or fail them by name.
     traj = sample_trajectory(np.random.default_rng([7, i]), F, W, H, 16.0)  # the benchmark's random{i}
     frames = render_clip(make_scene(np.random.default_rng(100 + i), traj.c2w), traj)
     try:
@@ -121,26 +126,27 @@ def test_random_clip_meets_the_bounds_or_fails_by_name(i, known):
         return
     err = trajectory_errors(est.c2w, traj.c2w)
     if known:
-        assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= POS_BOUND
+        assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= RANDOM_POS_BOUND
     else:
         assert err["rot_max_deg"] <= 2.0 and abs(est.K[0, 0] / traj.K[0, 0] - 1) <= 0.03
 
 
 @pytest.mark.slow
 def test_when_the_mappers_disagree_the_run_that_explains_the_matches_best_is_kept():
-    # random1, K known: the incremental mapper lands 16 deg off (and again with seed + 1), the global mapper 0.6 deg.
+    # random1, K known, frames not enlarged (upscale=1, the default before the 2x enlargement): the incremental
+    # mapper lands 16 deg off (and again with seed + 1), the global mapper 0.6 deg. Enlarged, the two agree.
     # The selection is opt-in (select_margin); by default a disagreement fails the clip.
     traj = sample_trajectory(np.random.default_rng([7, 1]), F, W, H, 16.0)
     frames = render_clip(make_scene(np.random.default_rng(101), traj.c2w), traj)
-    est = get_estimator("colmap", select_margin=1.15).estimate(frames, traj.K, 16.0)
+    est = get_estimator("colmap", select_margin=1.15, upscale=1).estimate(frames, traj.K, 16.0)
     sel = est.diagnostics["selection"]
     px = sel["retriangulated_px"]
     assert sel["kept"] == "global" and set(px) == {"incremental", "global", "incremental, seed + 1"}
     assert px["incremental"] >= 1.15 * px["global"] and px["incremental, seed + 1"] >= 1.15 * px["global"]
     err = trajectory_errors(est.c2w, traj.c2w)
-    assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= POS_BOUND
+    assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= 0.035  # measured 0.59 deg, 2.2% (not enlarged)
     with pytest.raises(EstimationError, match="unstable trajectory: the incremental and global mappers disagree"):
-        get_estimator("colmap").estimate(frames, traj.K, 16.0)
+        get_estimator("colmap", upscale=1).estimate(frames, traj.K, 16.0)
 
 
 def test_degenerate_clips_fail_by_name():

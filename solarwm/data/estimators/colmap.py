@@ -78,8 +78,10 @@ class ColmapOptions:
     second_focal_seed_ratio: float = 1.2
     refine_known_K: bool = False
     max_features: int = 4096
-    # Frames are enlarged this many times before SIFT; None: 2 when K is unknown and the short side is
-    # under 160 px (focal error on a 160x120 arc 14% -> 1.5%, at ~4x the time), else 1.
+    # Frames are enlarged this many times before SIFT; None: 2 when the short side is under 160 px, else 1.
+    # On 160x120 clips it buys the unknown-K focal (14% -> 1.5% off on an arc) and, K known, accuracy and yield
+    # (arc 0.37 deg/1.1% -> 0.16 deg/0.46%; held-out clips kept 11/40 -> 22/40), at 3-6x the time
+    # (docs/results/2026-12-pose-estimation.md, "2x enlargement with known K").
     upscale: int | None = None
     # SIFT's DoG contrast threshold, a third of COLMAP's 0.0066: small clips need the weaker
     # features (an 81-frame 160x120 orbit broke into two models at the default).
@@ -156,7 +158,7 @@ class ColmapEstimator:
         images = work / "images"
         images.mkdir()
         names = [f"{i:06d}.png" for i in range(n)]
-        s = self._upscale(K is None, h, w)
+        s = self._upscale(h, w)
         for name, f in zip(names, frames):
             if s > 1:
                 f = cv2.resize(f, (w * s, h * s), interpolation=cv2.INTER_CUBIC)
@@ -263,11 +265,11 @@ class ColmapEstimator:
                                                options=opts)
         return float(tri.compute_mean_reprojection_error()) / s
 
-    def _upscale(self, focal_free: bool, h: int, w: int) -> int:
+    def _upscale(self, h: int, w: int) -> int:
         """The enlargement factor of this clip's frames (``ColmapOptions.upscale``)."""
         if self.opts.upscale is not None:
             return int(self.opts.upscale)
-        return 2 if focal_free and min(h, w) < 160 else 1
+        return 2 if min(h, w) < 160 else 1
 
     # ------------------------------------------------------------------ the estimator
 
@@ -292,7 +294,7 @@ class ColmapEstimator:
         if K is None:
             first_seed, second_seed = self._focal_seeds(focal_seed, w, h)
             diag["focal_seed_px"] = round(first_seed, 3)
-        up = self._upscale(K is None, h, w)
+        up = self._upscale(h, w)
         diag["upscale"] = up
         with tempfile.TemporaryDirectory(prefix="solarwm-colmap-") as tmp:
             t0 = time.perf_counter()
