@@ -151,14 +151,13 @@ class ColmapEstimator:
 
     # ------------------------------------------------------------------ pycolmap calls
 
-    def _extract(self, frames: np.ndarray, K: np.ndarray | None, focal_seed: float | None, work: Path) -> Path:
-        """Write the frames and extract their features into ``work/database.db``, the cameras set from K or the seed."""
+    def _extract(self, frames: np.ndarray, K: np.ndarray | None, focal_seed: float | None, s: int, work: Path) -> Path:
+        """Write the frames, enlarged ``s`` times, and extract their features into ``work/database.db``."""
         p, o = self.pycolmap, self.opts
         n, h, w = frames.shape[:3]
         images = work / "images"
         images.mkdir()
         names = [f"{i:06d}.png" for i in range(n)]
-        s = self._upscale(h, w)
         for name, f in zip(names, frames):
             if s > 1:
                 f = cv2.resize(f, (w * s, h * s), interpolation=cv2.INTER_CUBIC)
@@ -298,7 +297,7 @@ class ColmapEstimator:
         diag["upscale"] = up
         with tempfile.TemporaryDirectory(prefix="solarwm-colmap-") as tmp:
             t0 = time.perf_counter()
-            db_path = self._extract(frames, K, focal_seed, Path(tmp))
+            db_path = self._extract(frames, K, focal_seed, up, Path(tmp))
             second = None
             if o.mapper == "checked" and K is None:
                 # The second opinion's own matches: the seed decides calibrated two-view geometry too.
