@@ -78,10 +78,11 @@ class ColmapOptions:
     second_focal_seed_ratio: float = 1.2
     refine_known_K: bool = False
     max_features: int = 4096
-    # Frames are enlarged this many times before SIFT; None: 2 when the short side is under 160 px, else 1.
+    # Frames are enlarged this many times before SIFT; None: 2 when the short side is under 320 px, else 1.
     # On 160x120 clips it buys the unknown-K focal (14% -> 1.5% off on an arc) and, K known, accuracy and yield
-    # (arc 0.37 deg/1.1% -> 0.16 deg/0.46%; held-out clips kept 11/40 -> 22/40), at 3-6x the time
-    # (docs/results/2026-12-pose-estimation.md, "2x enlargement with known K").
+    # (arc 0.37 deg/1.1% -> 0.16 deg/0.46%; held-out clips kept 11/40 -> 22/40); on 320x240 ones, held-out clips
+    # kept 16/35 -> 27/35, worst kept 3.1% -> 1.5% of the path; at 2-6x the time
+    # (docs/results/2026-12-pose-estimation.md, "2x enlargement with known K", "320x240").
     upscale: int | None = None
     # SIFT's DoG contrast threshold, a third of COLMAP's 0.0066: small clips need the weaker
     # features (an 81-frame 160x120 orbit broke into two models at the default).
@@ -268,7 +269,7 @@ class ColmapEstimator:
         """The enlargement factor of this clip's frames (``ColmapOptions.upscale``)."""
         if self.opts.upscale is not None:
             return int(self.opts.upscale)
-        return 2 if min(h, w) < 160 else 1
+        return 2 if min(h, w) < 320 else 1
 
     # ------------------------------------------------------------------ the estimator
 
