@@ -102,9 +102,10 @@ NAMED = ("too few frames", "no model", "several disconnected models", "too few r
 
 def test_frames_under_320_px_on_the_short_side_are_enlarged_2x():
     colmap = get_estimator("colmap")
-    # (h, w) -> factor, by the short side: 160x120 and 320x240 (either way up) are enlarged (measured: docs/results/2026-12-pose-estimation.md, "320x240")
-    assert [colmap._upscale(h, w) for h, w in ((120, 160), (240, 320), (180, 320), (320, 240), (320, 480), (720, 1280))] \
-        == [2, 2, 2, 2, 1, 1]
+    # (h, w) -> factor, by the short side: 160x120 and 320x240, either way up, are enlarged
+    # (measured in docs/results/2026-12-pose-estimation.md, "320x240").
+    sizes = ((120, 160), (240, 320), (180, 320), (320, 240), (320, 480), (720, 1280))
+    assert [colmap._upscale(h, w) for h, w in sizes] == [2, 2, 2, 2, 1, 1]
     assert get_estimator("colmap", upscale=1)._upscale(120, 160) == 1  # an explicit factor wins
     assert get_estimator("colmap", upscale=3)._upscale(720, 1280) == 3
 

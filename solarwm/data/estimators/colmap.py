@@ -80,7 +80,7 @@ class ColmapOptions:
     max_features: int = 4096
     # Frames are enlarged this many times before SIFT; None: 2 when the short side is under 320 px, else 1.
     # On 160x120 clips it buys the unknown-K focal (14% -> 1.5% off on an arc) and, K known, accuracy and yield
-    # (arc 0.37 deg/1.1% -> 0.16 deg/0.46%; held-out clips kept 11/40 -> 22/40); on 320x240 ones, held-out clips
+    # (arc 0.37 deg/1.1% -> 0.16 deg/0.46%; held-out clips kept 11/40 -> 22/40); on 320x240 ones, clips
     # kept 16/35 -> 27/35, worst kept 3.1% -> 1.5% of the path; at 2-6x the time
     # (docs/results/2026-12-pose-estimation.md, "2x enlargement with known K", "320x240").
     upscale: int | None = None
