@@ -77,15 +77,18 @@ def _estimator(cfg: IngestConfig, bridged: bool = False) -> Any:
     """The configured estimator, built once per process; raises ``SourceDefect('estimator_unavailable')``.
 
     ``bridged``: for the metric bridge, which checks every window against the source's own poses; colmap then
-    runs its incremental mapper alone, since its own check (the global mapper's second opinion, ``checked``)
-    would only cost windows where global positioning fails on forward motion (docs/results/2026-12-pose-estimation.md).
+    runs its incremental mapper alone and skips its split-half check, since its own checks (the global mapper's
+    second opinion, ``checked``) would only cost windows where global positioning fails on forward motion
+    (docs/results/2026-12-pose-estimation.md).
     """
     from solarwm.data.estimators import EstimatorUnavailable, get_estimator
 
     key = (cfg.estimator, cfg.estimator_weights, cfg.depth_model, bridged)
     if key not in _ESTIMATORS:
         try:
-            options: dict[str, Any] = {"mapper": "incremental"} if bridged and cfg.estimator == "colmap" else {}
+            options: dict[str, Any] = {}
+            if bridged and cfg.estimator == "colmap":
+                options = {"mapper": "incremental", "split_pos_frac": None}
             if cfg.depth_model:
                 from solarwm.data.estimators.depth import get_depth_model
 
