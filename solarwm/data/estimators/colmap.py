@@ -470,11 +470,10 @@ class ColmapEstimator:
         for d in range(o.split_draws):
             order = np.random.default_rng(o.seed + d).permutation(ids)
             halves = []
-            for keep in (set(order[: len(ids) // 2].tolist()), set(order[len(ids) // 2:].tolist())):
+            for drop in (order[len(ids) // 2:], order[: len(ids) // 2]):  # keeps the first half, then the second
                 half = copy.deepcopy(rec)
-                for pid in ids.tolist():
-                    if pid not in keep:
-                        half.delete_point3D(pid)
+                for pid in drop.tolist():
+                    half.delete_point3D(pid)
                 p.bundle_adjustment(half, ba)
                 halves.append(self._export(half, n, up))
             err = trajectory_errors(halves[1][0], halves[0][0])
