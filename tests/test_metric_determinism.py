@@ -3,6 +3,8 @@
 The same rendered videos are scored with the caller at 1 and at 2 threads (OpenCV, torch, BLAS),
 twice each, after disturbing OpenCV's RNG, and in fresh interpreters started with
 ``OMP_NUM_THREADS`` 1 and 2: every number must be identical (``repr`` equality, so every digit).
+With the SIMD kernels of another CPU (numpy, OpenCV and OpenBLAS dispatch turned down), the pair counts are
+identical and every figure agrees to 1e-9.
 """
 
 from __future__ import annotations
@@ -109,3 +111,30 @@ def test_fresh_interpreters_with_1_and_2_omp_threads_score_the_same():
         assert done.returncode == 0, done.stderr[-2000:]
         outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert outputs[0] == outputs[1] == score_worlds()
+
+
+def test_fresh_interpreters_on_another_cpus_kernels_score_the_same():
+    """As on an older CPU: numpy's and OpenCV's SIMD dispatch turned off, OpenBLAS's oldest x86 kernel.
+
+    The rendered videos are bitwise the same (tests/test_synthetic_render.py), the pair counts are identical, and
+    every figure agrees to 1e-9 (measured 3e-11: vector kernels sum in another order, which moves the last digits).
+    """
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    here = Path(__file__).resolve().parent
+    code = f"import json, sys; sys.path.insert(0, {str(here)!r}); import test_metric_determinism as t; " \
+           "print(json.dumps(t.score_worlds()))"
+    numpy_simd = " ".join(k for k in __cpu_dispatch__ if __cpu_features__.get(k))
+    env = {**os.environ, "OPENCV_CPU_DISABLE": "AVX512_SKX,AVX2,FMA3,FP16,AVX", "OPENBLAS_CORETYPE": "Prescott"}
+    if numpy_simd:
+        env["NPY_DISABLE_CPU_FEATURES"] = numpy_simd
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    other, ours = json.loads(done.stdout.strip().splitlines()[-1]), score_worlds()
+    for a, b in zip(other, ours, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            if key.endswith("pairs"):
+                assert a[key] == b[key], key
+            else:
+                assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-9, nan_ok=True), key

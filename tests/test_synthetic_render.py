@@ -122,3 +122,39 @@ def test_textures_are_world_space_and_bounded(kind):
         assert col.std(axis=0).max() > 0.02, "a patterned surface must vary across space"
     with pytest.raises(ValueError, match="unknown texture kind"):
         shade_material(Material("plaid", (0, 0, 0), (1, 1, 1), 1.0), u, v)
+
+
+_DIGEST = """
+import hashlib, numpy as np
+from solarwm.data.sources.synthetic import make_scene, render_clip, sample_trajectory
+traj = sample_trajectory(np.random.default_rng([7, 1]), 9, 160, 120, 16.0)
+print(hashlib.sha256(render_clip(make_scene(np.random.default_rng(101), traj.c2w), traj).tobytes()).hexdigest())
+"""
+
+
+def test_frames_do_not_depend_on_the_cpu_kernels_numpy_picks():
+    """The same world renders to the same bytes whichever SIMD kernels numpy and its BLAS dispatch to.
+
+    A float32 exp, power or BLAS dot differs in the last bit between CPUs (AVX2, AVX-512); before the renderer
+    computed them in float64, 12 pixels of an 81-frame clip moved by one level, and COLMAP's unknown-K outcome on
+    that clip flipped from "focal within 1%" to "unstable focal". Here the kernels are swapped in fresh
+    interpreters: numpy's dispatch turned off down to its baseline, and OpenBLAS's oldest x86 kernel.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    def digest(**env: str) -> str:
+        run = subprocess.run([sys.executable, "-c", _DIGEST], env={**os.environ, **env}, capture_output=True,
+                             text=True, check=True)
+        return run.stdout.strip()
+
+    here = digest()
+    assert len(here) == 64
+    assert digest(OPENBLAS_CORETYPE="Prescott") == here
+    dispatched = [k for k in __cpu_dispatch__ if __cpu_features__.get(k)]
+    if not dispatched:
+        pytest.skip("this CPU has no SIMD kernels beyond numpy's baseline to turn off")
+    assert digest(NPY_DISABLE_CPU_FEATURES=" ".join(dispatched)) == here

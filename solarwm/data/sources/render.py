@@ -92,6 +92,16 @@ def camera_rays(
     return origins.astype(np.float32), d_world.astype(np.float32)
 
 
+def _f32(x: np.ndarray) -> np.ndarray:
+    """A float64 result rounded to float32.
+
+    Why: numpy's float32 kernels for exp, power and BLAS dot products differ in the last bit between CPUs (AVX2,
+    AVX-512), and one ulp flips a rounded pixel, which was enough to change a COLMAP outcome on a rendered clip.
+    Computed in float64, the values round to the same float32 on every CPU but for about 1e-9 of them.
+    """
+    return np.asarray(x).astype(np.float32)
+
+
 def _safe_inverse(d: np.ndarray) -> np.ndarray:
     """1/d with zero components replaced by a huge finite value of the right sign."""
     tiny = np.where(d >= 0, 1e-12, -1e-12).astype(d.dtype)
@@ -212,8 +222,8 @@ def _sky(scene: Scene, d: np.ndarray) -> np.ndarray:
     col = hor[None] * (1 - w) + zen[None] * w
     if scene.sun_disk:
         sun = np.asarray(scene.sun_dir, np.float32)
-        c = np.clip(d @ sun, 0.0, 1.0)
-        glow = c**400 * 1.5 + c**16 * 0.15
+        c = np.clip(d.astype(np.float64) @ sun.astype(np.float64), 0.0, 1.0)
+        glow = _f32(c**400 * 1.5 + c**16 * 0.15)
         col = col + glow[:, None] * np.asarray(scene.sun_color, np.float32)[None]
     return col
 
@@ -272,7 +282,7 @@ def _shade_chunk(scene: Scene, o: np.ndarray, d: np.ndarray, pix: np.ndarray | N
             albedo[rows[sel]] = shade_material(scene.box_material[m], u[sel], v[sel], None if fp is None else fp[sel])
 
     sun = np.asarray(scene.sun_dir, np.float32)
-    lambert = np.clip(normal @ sun, 0.0, None)
+    lambert = _f32(np.clip(normal.astype(np.float64) @ sun.astype(np.float64), 0.0, None))
     if scene.shadows and scene.num_boxes:
         lit = hit & (lambert > 0)
         if lit.any():
@@ -285,7 +295,7 @@ def _shade_chunk(scene: Scene, o: np.ndarray, d: np.ndarray, pix: np.ndarray | N
     surf = albedo * light
 
     fog_col = np.asarray(scene.sky_horizon, np.float32)
-    f = np.exp(-scene.fog_density * np.where(hit, t, 0.0))[:, None]
+    f = _f32(np.exp(-scene.fog_density * np.where(hit, t, 0.0).astype(np.float64)))[:, None]
     surf = surf * f + fog_col[None] * (1 - f)
     color[hit] = surf[hit]
     return color
@@ -309,7 +319,7 @@ def render_rays(
         chunk = slice(s, s + _CHUNK)
         out[chunk] = _shade_chunk(scene, o[chunk], d[chunk], None if pix is None else pix[chunk])
     # Display gamma: colours above are "linear-ish"; a mild curve lifts the shadows.
-    out = np.clip(out, 0.0, 1.0) ** (1 / 1.4)
+    out = _f32(np.clip(out, 0.0, 1.0).astype(np.float64) ** (1 / 1.4))
     return np.round(out * 255.0).astype(np.uint8).reshape(*shape, 3)
 
 
