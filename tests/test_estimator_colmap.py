@@ -69,8 +69,8 @@ def test_known_K_arc_is_accurate_and_metric_with_the_oracle_depth():
     d = est.diagnostics
     assert d["registered"] == F and d["focal_source"] == "given" and d["reprojection_px"] < 1.5
     assert d["mapper"] == "checked" and d["global_run"]["vs_first"]["rot_max_deg"] <= 2.0
-    split = d["split_check"]  # two halves of the points, each adjusted alone, agree (measured 0.60% of the path)
-    assert len(split["pos_max_frac"]) == 3 and split["median_pos_frac"] <= 0.007
+    split = d["split_check"]  # two halves of the points, each adjusted alone, agree (worst of 3: 0.66% of the path)
+    assert len(split["pos_max_frac"]) == 3 and split["worst_pos_frac"] == max(split["pos_max_frac"]) <= 0.007
     err = trajectory_errors(est.c2w, traj.c2w)
     assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= POS_BOUND
     # metric: the similarity onto the true (metric) path needs no scale

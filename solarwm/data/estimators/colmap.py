@@ -31,7 +31,7 @@ The pipeline, on a clip window's frames uint8 ``[F, H, W, 3]``:
    (``checked``) the two runs' agreement within ``agree_rot_deg`` and ``agree_pos_frac`` (and, K
    estimated, ``agree_focal_frac``), or with K known and ``select_margin`` set the third run's selection;
    and, K known, the split-half check: the kept run's points split at random into two halves, each
-   bundle-adjusted alone, must place the cameras within ``split_pos_frac`` of the path of each other
+   bundle-adjusted alone, must place the cameras within ``split_pos_frac`` of the path of each other, in every split
    (``uncertain trajectory``). Where the mappers agree they can share an error of 1-2% of the path; how
    far two halves of the observations disagree tracks it.
 
@@ -94,9 +94,10 @@ class ColmapOptions:
     peak_threshold: float = 0.002
     # K known: the kept run's points are split into two halves, each bundle-adjusted alone, and the clip fails as
     # `uncertain trajectory` when the halves' camera centres differ (after Sim(3)) by more than this fraction of the
-    # path, the median over `split_draws` random splits; None skips the check. 0.7% was set on 13 tuning clips; on
-    # 28 held-out 160x120 clips it failed 4 of the 6 kept beyond 1% of the path and none of the 10 kept within it
-    # (docs/results/2026-12-pose-estimation.md, "the split-half check").
+    # path in any of `split_draws` random splits; None skips the check. 0.7% was set on 13 tuning clips and the
+    # worst split replaced the median on 14 (kept beyond 1% of the path: 4 of 7 with the median, 0 with the worst
+    # split); on 28 fresh held-out 160x120 clips the mappers kept 8, and the check failed the 4 beyond 1% and none
+    # of the 4 within it (docs/results/2026-12-pose-estimation.md, "the split-half check", "the worst split").
     split_pos_frac: float | None = 0.007
     split_draws: int = 3
     max_scale_spread: float = 0.15  # metric scale: bound on the per-frame depth ratios' robust spread
@@ -457,8 +458,8 @@ class ColmapEstimator:
 
         The run's 3D points are split at random into two halves; each half is bundle-adjusted alone (poses
         and points free, K fixed) from the kept solution, and the two trajectories are compared (worst
-        centre difference after Sim(3), as a fraction of the path). The median over ``split_draws``
-        splits must be at most ``split_pos_frac``.
+        centre difference after Sim(3), as a fraction of the path). In each of ``split_draws`` splits it
+        must be at most ``split_pos_frac``: the median let through clips 1.4-1.9% of the path off.
         """
         p, o = self.pycolmap, self.opts
         ids = np.array(sorted(rec.points3D))
@@ -479,12 +480,12 @@ class ColmapEstimator:
             err = trajectory_errors(halves[1][0], halves[0][0])
             pos.append(err["pos_max_frac"])
             rot.append(err["rot_max_deg"])
-        apart = float(np.median(pos))
+        apart = max(pos)
         diag["split_check"] = {"pos_max_frac": [round(v, 5) for v in pos], "rot_max_deg": [round(v, 4) for v in rot],
-                               "median_pos_frac": round(apart, 5)}
+                               "worst_pos_frac": round(apart, 5)}
         if not apart <= o.split_pos_frac:
             raise EstimationError(f"uncertain trajectory: two halves of the {len(ids)} points, each adjusted alone, "
-                                  f"place the cameras {100 * apart:.2f}% of the path apart (median of "
+                                  f"place the cameras {100 * apart:.2f}% of the path apart (worst of "
                                   f"{o.split_draws} splits; bound {100 * o.split_pos_frac:g}%)")
 
     def _apart(self, a: tuple, b: tuple) -> tuple[dict[str, float], bool]:
