@@ -100,16 +100,20 @@ def test_estimate_relative_pose_is_bitwise_identical_under_any_thread_count():
         assert (est.tracks, est.inliers) == (estimates[0].tracks, estimates[0].inliers)
 
 
-def test_fresh_interpreters_with_1_and_2_omp_threads_score_the_same():
+def scored_in_a_fresh_interpreter(**env: str) -> list[dict[str, str]]:
+    """``score_worlds()`` in a new Python process with ``env`` added to this one's environment."""
     here = Path(__file__).resolve().parent
     code = f"import json, sys; sys.path.insert(0, {str(here)!r}); import test_metric_determinism as t; " \
            "print(json.dumps(t.score_worlds()))"
-    outputs = []
-    for threads in ("1", "2"):
-        env = {**os.environ, "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_fresh_interpreters_with_1_and_2_omp_threads_score_the_same():
+    outputs = [scored_in_a_fresh_interpreter(OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n, MKL_NUM_THREADS=n)
+               for n in ("1", "2")]
     assert outputs[0] == outputs[1] == score_worlds()
 
 
@@ -121,16 +125,11 @@ def test_fresh_interpreters_on_another_cpus_kernels_score_the_same():
     """
     from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
 
-    here = Path(__file__).resolve().parent
-    code = f"import json, sys; sys.path.insert(0, {str(here)!r}); import test_metric_determinism as t; " \
-           "print(json.dumps(t.score_worlds()))"
+    env = {"OPENCV_CPU_DISABLE": "AVX512_SKX,AVX2,FMA3,FP16,AVX", "OPENBLAS_CORETYPE": "Prescott"}
     numpy_simd = " ".join(k for k in __cpu_dispatch__ if __cpu_features__.get(k))
-    env = {**os.environ, "OPENCV_CPU_DISABLE": "AVX512_SKX,AVX2,FMA3,FP16,AVX", "OPENBLAS_CORETYPE": "Prescott"}
     if numpy_simd:
         env["NPY_DISABLE_CPU_FEATURES"] = numpy_simd
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    other, ours = json.loads(done.stdout.strip().splitlines()[-1]), score_worlds()
+    other, ours = scored_in_a_fresh_interpreter(**env), score_worlds()
     for a, b in zip(other, ours, strict=True):
         assert a.keys() == b.keys()
         for key in a:
