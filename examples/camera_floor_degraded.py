@@ -1,9 +1,11 @@
 """How far the camera-following floor moves when the ground truth is degraded by pixel noise or blur.
 
-`test/cam_rot_err_deg_gt` scores the rendered test clips themselves. A generated video is never
-that clean: this scores the same clips after per-frame Gaussian noise and blur (the first frame
-kept, as a generated video keeps its anchor), next to the PSNR the degradation costs, so a camera
-error can be read against the image quality it was measured at.
+`test/cam_rot_err_deg_gt` and `test/cam_trans_dir_err_deg_gt` score the rendered test clips themselves.
+A generated video is never that clean: this scores the same clips after per-frame Gaussian noise and
+blur (the first frame kept, as a generated video keeps its anchor; a "ramp" blur grows from 0 at the
+first frame to sigma at the last, as a rollout loses detail), next to the PSNR the degradation costs, so
+a camera error can be read against the image quality it was measured at. The cameras are the clips'
+own, so every error here is the estimator's, none is the motion's.
 
     python examples/camera_floor_degraded.py [OUT]     (OUT of examples/three_stages.sh; default outputs/three_stages)
 """
@@ -22,32 +24,40 @@ from solarwm.data.video import to_uint8_frames
 from solarwm.metrics import CameraFollowing, VideoPSNR, video_from_uint8
 from solarwm.train_cli import SolarCLI
 
-Degrade = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+#: (frame [H, W, 3] uint8, rng, position in the clip in [0, 1]) -> degraded frame.
+Degrade = Callable[[np.ndarray, np.random.Generator, float], np.ndarray]
 
 
 def noise(std: float) -> Degrade:
     """Independent Gaussian noise of ``std`` grey levels per pixel and frame."""
-    return lambda f, rng: np.clip(f + rng.normal(0.0, std, f.shape), 0, 255).astype(np.uint8)
+    return lambda f, rng, t: np.clip(f + rng.normal(0.0, std, f.shape), 0, 255).astype(np.uint8)
 
 
-def blur(sigma: float, std: float = 0.0) -> Degrade:
-    """Gaussian blur of ``sigma`` pixels, then optional noise."""
-    return lambda f, rng: noise(std)(cv2.GaussianBlur(f, (0, 0), sigma), rng)
+def blur(sigma: float, std: float = 0.0, ramp: bool = False) -> Degrade:
+    """Gaussian blur of ``sigma`` pixels (``ramp``: ``sigma * t`` at clip position ``t``), then optional noise."""
+    def degrade(f: np.ndarray, rng: np.random.Generator, t: float) -> np.ndarray:
+        s = sigma * t if ramp else sigma
+        return noise(std)(cv2.GaussianBlur(f, (0, 0), s) if s > 0 else f, rng, t)
+    return degrade
 
 
 def score(batches: list[dict], degrade: Degrade) -> tuple[float, dict[str, float]]:
     """(PSNR in dB as `solarwm test` reports it, camera-following summary) of the degraded clips."""
-    metric, psnr, rng = CameraFollowing(), VideoPSNR(), np.random.default_rng(0)
+    metric, psnr, rng = CameraFollowing(pair_step=1), VideoPSNR(), np.random.default_rng(0)  # as `solarwm test`
     for batch in batches:
         clean, degraded = [], []
         for video in batch["video"]:
             frames = to_uint8_frames(video)  # scored against the same 8-bit frames, so undegraded is inf dB
             clean.append(video_from_uint8(frames))
-            degraded.append(video_from_uint8(np.stack([frames[0]] + [degrade(f, rng) for f in frames[1:]])))
+            last = len(frames) - 1
+            degraded.append(video_from_uint8(np.stack(
+                [frames[0]] + [degrade(f, rng, i / last) for i, f in enumerate(frames[1:], start=1)])))
         degraded = torch.cat(degraded)
         psnr.update(degraded, torch.cat(clean))
         metric.update(degraded, batch["c2w"], batch["K"])
-    return float(psnr.compute()), {k: float(v) for k, v in metric.compute().items()}
+    summary = {k: float(v) for k, v in metric.compute().items()}
+    summary["parallax_pairs"] = float(sum(len(errors) for errors in metric.trans_err))  # pairs with a direction
+    return float(psnr.compute()), summary
 
 
 def main() -> None:
@@ -57,13 +67,18 @@ def main() -> None:
     cli.datamodule.setup("test")
     batches = list(cli.datamodule.test_dataloader())
     cases = {"ground truth": noise(0.0), "noise 4": noise(4.0), "noise 8": noise(8.0), "noise 12": noise(12.0),
-             "blur 0.7": blur(0.7), "blur 1.0": blur(1.0), "blur 0.7 + noise 6": blur(0.7, 6.0),
-             "blur 1.0 + noise 6": blur(1.0, 6.0)}
-    print(f"{'degradation':<20}{'psnr':>8}{'rot_err':>9}{'median':>8}{'failed':>8}")
+             "blur 0.7": blur(0.7), "blur 1.0": blur(1.0), "blur 1.5": blur(1.5), "blur 0.7 + noise 6": blur(0.7, 6.0),
+             "blur 1.0 + noise 6": blur(1.0, 6.0), "ramp blur 1.5": blur(1.5, ramp=True),
+             "ramp blur 2.5": blur(2.5, ramp=True)}
+    print(f"{'degradation':<20}{'psnr':>8}{'rot_err':>9}{'median':>8}{'trans_err':>11}{'median':>8}"
+          f"{'parallax':>10}{'failed':>8}")
+    clean = None
     for name, degrade in cases.items():
         psnr, cam = score(batches, degrade)
+        clean = cam['trans_dir_err_deg'] if clean is None else clean  # the first case is the clean floor
         print(f"{name:<20}{psnr:>8.2f}{cam['rot_err_deg']:>9.3f}{cam['rot_err_deg_median']:>8.3f}"
-              f"{int(cam['failed_pairs']):>5}/{int(cam['pairs'])}")
+              f"{cam['trans_dir_err_deg']:>11.2f}{cam['trans_dir_err_deg_median']:>8.2f}{int(cam['parallax_pairs']):>10}"
+              f"{int(cam['failed_pairs']):>5}/{int(cam['pairs'])}   translation {cam['trans_dir_err_deg'] / clean:.2f}x the clean floor")
 
 
 if __name__ == "__main__":

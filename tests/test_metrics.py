@@ -262,6 +262,24 @@ def test_unresolvable_pairs_are_counted_not_scored():
     assert np.isfinite(out["rot_err_deg"]) and out["rot_err_deg"] < 3.0
 
 
+def test_pairs_starting_at_every_frame_contain_the_stride_spaced_ones():
+    # `solarwm test` scores a pair starting at every frame (pair_step 1): on 17 frames at stride 4 that is pairs
+    # (0, 4) ... (12, 16), 13 of them, and each pair is estimated on its own, so the stride-spaced 4 among
+    # them get exactly the errors the default metric gives them.
+    traj, frames = _world("walk", 64, 64, 0)
+    frames, traj = frames[:17], traj.slice(0, 17)
+    spaced, every = CameraFollowing(), CameraFollowing(pair_step=1)
+    for metric in (spaced, every):
+        metric.update(video_from_uint8(frames), torch.as_tensor(traj.c2w)[None], torch.as_tensor(traj.K)[None])
+    assert int(spaced.compute()["pairs"]) == 4 and int(every.compute()["pairs"]) == 13
+    assert int(every.compute()["failed_pairs"]) == 0
+    every_rot = every.rot_err[-1].tolist()
+    assert spaced.rot_err[-1].tolist() == every_rot[0::4]  # no failed pair here, so list index = pair start
+    assert np.isfinite(every.compute()["trans_dir_err_deg"])
+    with pytest.raises(ValueError, match="pair_step"):
+        CameraFollowing(pair_step=0)
+
+
 def test_camera_following_accumulates_batches_and_checks_shapes():
     traj, frames = _world("pan", 64, 64, 1)
     video = video_from_uint8(frames[:9])

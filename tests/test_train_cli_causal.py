@@ -148,6 +148,8 @@ def test_solarwm_test_keeps_a_record_per_video_that_pools_to_its_metrics(runs) -
         assert sum(r[name] for r in records) / len(records) == pytest.approx(logged[f"test/{name}"], rel=1e-5)
     rot = [e for r in records for e in r["cam_rot_err_deg"]]
     assert len(rot) + logged["test/cam_failed_pairs"] == logged["test/cam_pairs"]
+    # A camera pair starts at every frame (stride 4): F - 4 pairs per video, not F // 4.
+    assert logged["test/cam_pairs"] == len(records) * (cli.datamodule.num_frames - 4)
     assert sum(rot) / len(rot) == pytest.approx(logged["test/cam_rot_err_deg"], rel=1e-5)
 
 
