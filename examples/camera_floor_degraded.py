@@ -77,8 +77,9 @@ def main() -> None:
         psnr, cam = score(batches, degrade)
         clean = cam['trans_dir_err_deg'] if clean is None else clean  # the first case is the clean floor
         print(f"{name:<20}{psnr:>8.2f}{cam['rot_err_deg']:>9.3f}{cam['rot_err_deg_median']:>8.3f}"
-              f"{cam['trans_dir_err_deg']:>11.2f}{cam['trans_dir_err_deg_median']:>8.2f}{int(cam['parallax_pairs']):>10}"
-              f"{int(cam['failed_pairs']):>5}/{int(cam['pairs'])}   translation {cam['trans_dir_err_deg'] / clean:.2f}x the clean floor")
+              f"{cam['trans_dir_err_deg']:>11.2f}{cam['trans_dir_err_deg_median']:>8.2f}"
+              f"{int(cam['parallax_pairs']):>10}{int(cam['failed_pairs']):>5}/{int(cam['pairs'])}"
+              f"   translation {cam['trans_dir_err_deg'] / clean:.2f}x the clean floor")
 
 
 if __name__ == "__main__":

@@ -226,8 +226,8 @@ class CameraFollowing(Metric):
     Pairs are ``(0, s), (p, p + s), (2p, 2p + s), …`` for stride ``s`` and pair step ``p``
     (default ``p = s``: non-overlapping, so each frame interval counts once; ``p = 1``: a pair
     starting at every frame, as relative pose error is usually taken). Overlapping pairs share
-    frames, not pixels' noise: each is tracked and fitted on its own, so their mean averages out
-    the estimator's instability. On the 48 stage-3 test rollouts of the tiny chain, re-scored
+    frames, but each is tracked and fitted on its own, so their mean averages out the estimator's
+    per-pair instability. On the 48 stage-3 test rollouts of the tiny chain, re-scored
     after five one-grey-level dithers of 10% of the pixels, the translation ratio to its floor
     varied with sd 0.16 at ``p = 4`` and 0.08 at ``p = 1`` (3.3x the pairs, the same mean:
     docs/results/2026-12-three-stages-walking.md). ``compute()`` returns
