@@ -35,9 +35,11 @@ def noise(std: float) -> Degrade:
 
 def blur(sigma: float, std: float = 0.0, ramp: bool = False) -> Degrade:
     """Gaussian blur of ``sigma`` pixels (``ramp``: ``sigma * t`` at clip position ``t``), then optional noise."""
+    add_noise = noise(std)
+
     def degrade(f: np.ndarray, rng: np.random.Generator, t: float) -> np.ndarray:
         s = sigma * t if ramp else sigma
-        return noise(std)(cv2.GaussianBlur(f, (0, 0), s) if s > 0 else f, rng, t)
+        return add_noise(cv2.GaussianBlur(f, (0, 0), s) if s > 0 else f, rng, t)
     return degrade
 
 
