@@ -1,7 +1,8 @@
 """`EvalVideoLogger`: held-out first frame + camera track → generated clip, next to the real one.
 
 It also logs scalars ``eval/psnr`` (generated frames vs ground truth), ``eval/psnr_static`` (the
-first frame repeated, the trivial baseline) and ``eval/cam_rot_err_deg`` (camera following).
+first frame repeated, the trivial baseline), ``eval/cam_rot_err_deg`` and ``eval/cam_trans_dir_err_deg``
+(camera following, scored as ``solarwm test`` scores it).
 
 Every ``every_n_steps`` optimizer steps (on the batch whose steps reach or cross the multiple: a DMD batch
 makes one or two, `solarwm.callbacks.checkpoint.crossed_multiple`) and at the end of each validation, the first
@@ -59,7 +60,7 @@ class EvalVideoLogger(Callback):
         self._last_step: int | None = None
         self._steps_before_batch = 0
         self.written: list[Path] = []  # mp4 files written so far (for inspection and tests)
-        self.metrics: dict[str, float] = {}  # the last logged scores (eval/psnr, eval/psnr_static, eval/cam_rot_err_deg)
+        self.metrics: dict[str, float] = {}  # the last logged scores (eval/psnr, eval/psnr_static, eval/cam_*)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: object) -> None:
         """Remember the optimizer step count before this batch's updates."""
@@ -83,15 +84,21 @@ class EvalVideoLogger(Callback):
 
     @staticmethod
     def score(generated: torch.Tensor, video: torch.Tensor, c2w: torch.Tensor, K: torch.Tensor) -> dict[str, float]:
-        """PSNR of the generated frames, of the static baseline (first frame repeated), and camera following."""
+        """PSNR of the generated frames, of the static baseline (first frame repeated), and camera following.
+
+        Camera pairs start at every frame, as in ``solarwm test`` (``CameraFollowing(pair_step=1)``), so the
+        eval curve and the test table read the same metric. The translation error is NaN when no pair shows parallax.
+        """
         from solarwm.metrics import CameraFollowing, VideoPSNR
 
-        psnr, static, camera = VideoPSNR(), VideoPSNR(), CameraFollowing()
+        psnr, static, camera = VideoPSNR(), VideoPSNR(), CameraFollowing(pair_step=1)
         psnr.update(generated, video)
         static.update(video[:, :, :1].expand_as(video), video)
         camera.update(generated, c2w, K)
+        follow = camera.compute()
         return {"psnr": float(psnr.compute()), "psnr_static": float(static.compute()),
-                "cam_rot_err_deg": float(camera.compute()["rot_err_deg"])}
+                "cam_rot_err_deg": float(follow["rot_err_deg"]),
+                "cam_trans_dir_err_deg": float(follow["trans_dir_err_deg"])}
 
     @rank_zero_only
     def log_samples(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

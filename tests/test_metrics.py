@@ -280,6 +280,23 @@ def test_pairs_starting_at_every_frame_contain_the_stride_spaced_ones():
         CameraFollowing(pair_step=0)
 
 
+def test_eval_video_logger_scores_camera_pairs_as_solarwm_test_does():
+    # The training-time eval curve and the `solarwm test` table must read one metric: pairs at every frame.
+    from solarwm.callbacks.video_logger import EvalVideoLogger
+
+    traj, frames = _world("walk", 64, 64, 0)
+    frames, traj = frames[:17], traj.slice(0, 17)
+    video, c2w, K = video_from_uint8(frames), torch.as_tensor(traj.c2w)[None], torch.as_tensor(traj.K)[None]
+    every = CameraFollowing(pair_step=1)
+    every.update(video, c2w, K)
+    want = every.compute()
+    got = EvalVideoLogger.score(video, video, c2w, K)
+    assert got["cam_rot_err_deg"] == float(want["rot_err_deg"])
+    assert got["cam_trans_dir_err_deg"] == float(want["trans_dir_err_deg"])
+    assert np.isfinite(got["cam_trans_dir_err_deg"])  # the walk has parallax
+    assert got["psnr"] == float("inf") and got["psnr_static"] < 30.0
+
+
 def test_camera_following_accumulates_batches_and_checks_shapes():
     traj, frames = _world("pan", 64, 64, 1)
     video = video_from_uint8(frames[:9])
