@@ -86,12 +86,12 @@ class EvalVideoLogger(Callback):
     def score(generated: torch.Tensor, video: torch.Tensor, c2w: torch.Tensor, K: torch.Tensor) -> dict[str, float]:
         """PSNR of the generated frames, of the static baseline (first frame repeated), and camera following.
 
-        Camera pairs start at every frame, as in ``solarwm test`` (``CameraFollowing(pair_step=1)``), so the
-        eval curve and the test table read the same metric. The translation error is NaN when no pair shows parallax.
+        Camera pairs are scored as ``solarwm test`` scores them (``pair_step=SCORED_PAIR_STEP``), so the eval
+        curve and the test table read the same metric. The translation error is NaN when no pair shows parallax.
         """
-        from solarwm.metrics import CameraFollowing, VideoPSNR
+        from solarwm.metrics import SCORED_PAIR_STEP, CameraFollowing, VideoPSNR
 
-        psnr, static, camera = VideoPSNR(), VideoPSNR(), CameraFollowing(pair_step=1)
+        psnr, static, camera = VideoPSNR(), VideoPSNR(), CameraFollowing(pair_step=SCORED_PAIR_STEP)
         psnr.update(generated, video)
         static.update(video[:, :, :1].expand_as(video), video)
         camera.update(generated, c2w, K)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from solarwm.data.video import to_uint8_frames
-from solarwm.metrics import CameraFollowing, VideoPSNR, video_from_uint8
+from solarwm.metrics import SCORED_PAIR_STEP, CameraFollowing, VideoPSNR, video_from_uint8
 from solarwm.train_cli import SolarCLI
 
 #: (frame [H, W, 3] uint8, rng, position in the clip in [0, 1]) -> degraded frame.
@@ -45,7 +45,7 @@ def blur(sigma: float, std: float = 0.0, ramp: bool = False) -> Degrade:
 
 def score(batches: list[dict], degrade: Degrade) -> tuple[float, dict[str, float]]:
     """(PSNR in dB as `solarwm test` reports it, camera-following summary) of the degraded clips."""
-    metric, psnr, rng = CameraFollowing(pair_step=1), VideoPSNR(), np.random.default_rng(0)  # as `solarwm test`
+    metric, psnr, rng = CameraFollowing(pair_step=SCORED_PAIR_STEP), VideoPSNR(), np.random.default_rng(0)
     for batch in batches:
         clean, degraded = [], []
         for video in batch["video"]:

@@ -10,6 +10,7 @@
 """
 
 from solarwm.metrics.camera_following import (
+    SCORED_PAIR_STEP,
     CameraFollowing,
     PoseEstimate,
     commanded_relative_pose,
@@ -21,7 +22,7 @@ from solarwm.metrics.camera_following import (
 from solarwm.metrics.video import VideoPSNR, VideoSSIM, generated_frames
 
 __all__ = [
-    "CameraFollowing", "PoseEstimate", "VideoPSNR", "VideoSSIM", "commanded_relative_pose",
+    "SCORED_PAIR_STEP", "CameraFollowing", "PoseEstimate", "VideoPSNR", "VideoSSIM", "commanded_relative_pose",
     "direction_angle_deg", "estimate_relative_pose", "generated_frames", "rotation_angle_deg",
     "video_from_uint8",
 ]

@@ -62,6 +62,10 @@ from solarwm.util.threads import pinned_threads
 #: else used the thread's RNG before (OpenCV 4.14's RANSAC seeds its own; other builds may not).
 RANSAC_SEED = 0
 
+#: The pair step `solarwm test` scores with (a pair starting at every frame); the eval logger and the examples
+#: that are read against its table use it too, so every figure comes from one metric.
+SCORED_PAIR_STEP = 1
+
 
 def commanded_relative_pose(c2w_i: Any, c2w_j: Any) -> np.ndarray:
     """``[..., 4, 4]`` transform taking camera-i coordinates to camera-j coordinates (recoverPose's R, t)."""

@@ -243,13 +243,14 @@ class StageModule(pl.LightningModule):
 
     def on_test_epoch_start(self) -> None:
         """Fresh metrics: generated vs ground truth, the static baseline, the wrong-camera control, camera following."""
-        from solarwm.metrics import CameraFollowing, VideoPSNR, VideoSSIM
+        from solarwm.metrics import SCORED_PAIR_STEP, CameraFollowing, VideoPSNR, VideoSSIM
 
-        # Camera pairs start at every frame (pair_step 1): 3.3x the pairs of stride-spaced ones on 17 frames, half
+        # Camera pairs start at every frame (SCORED_PAIR_STEP): 3.3x the pairs of stride-spaced ones on 17 frames, half
         # the estimator's noise in the translation figures (CameraFollowing's docstring).
         self.test_metrics = torch.nn.ModuleDict({
             "psnr": VideoPSNR(), "ssim": VideoSSIM(), "psnr_static": VideoPSNR(), "psnr_wrong_camera": VideoPSNR(),
-            "camera": CameraFollowing(pair_step=1), "camera_gt": CameraFollowing(pair_step=1),
+            "camera": CameraFollowing(pair_step=SCORED_PAIR_STEP),
+            "camera_gt": CameraFollowing(pair_step=SCORED_PAIR_STEP),
         }).to(self.device)
         self._other_cameras: torch.Tensor | None = None
         # Per test video, in the test loader's order (clip i of N at draw i // N): what intervals are computed
