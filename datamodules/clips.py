@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, DistributedSampler
 
 from solarwm.camera.intrinsics import crop_intrinsics, resize_intrinsics
-from solarwm.datamodules.latents import is_view_row, load_view_row
+from solarwm.datamodules.view_rows import is_view_row, load_view_row
 
 
 class WindowError(ValueError):
@@ -152,7 +152,7 @@ class ClipWindowDataset(Dataset):
         """One window: ``video`` [3,F,H,W] in [-1,1], ``c2w`` [F,4,4], ``K`` [F,4], caption, sample_id, sample_index.
 
         A latent-view row gives ``latents`` [C,f,h,w], ``text_embeds`` [L,D] and ``text_mask`` [L] instead of
-        ``video`` (`solarwm.datamodules.latents.load_view_row`).
+        ``video`` (`solarwm.datamodules.view_rows.load_view_row`).
 
         ``sample_index`` = ``epoch * len(self) + occurrence``: the sample's logical index in the training
         stream. Stages seed each sample's noise and timesteps by it, so that a step draws the same

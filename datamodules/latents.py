@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import os
 from dataclasses import dataclass
@@ -45,8 +44,9 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from solarwm.data.executor import map_tasks
-from solarwm.data.index import ShardReader, read_index, read_member, write_rows
+from solarwm.data.index import read_index, write_rows
 from solarwm.data.release import _npy_bytes, _npz_bytes, sample_key
+from solarwm.datamodules.view_rows import is_view_row, load_view_row, view_tag  # noqa: F401  (the view's row reader)
 from solarwm.util.atomic import atomic_write_bytes
 
 VIEW_SCHEMA = "solarwm.latent-view/1"
@@ -122,11 +122,6 @@ def codec_hash(adapter: Any) -> str:
         cached = hashlib.sha256(text.encode()).hexdigest()[:16]
         adapter._solarwm_codec_hash = cached
     return cached
-
-
-def view_tag(route: str, hash_: str) -> str:
-    """``route:codec_hash``, the string a view batch carries as ``view_codec``."""
-    return f"{route}:{hash_}"
 
 
 def check_view_codec(tags: str | list[str], adapter: Any, where: str = "latent view") -> None:
@@ -356,27 +351,6 @@ def read_view(view: str | Path) -> tuple[dict[str, Any], list[dict]]:
     if meta.get("schema") != VIEW_SCHEMA:
         raise LatentViewError(f"{meta_path}: schema {meta.get('schema')!r}, expected {VIEW_SCHEMA!r}")
     return meta, read_index(view / INDEX_NAME, view)
-
-
-def is_view_row(row: dict | None) -> bool:
-    """Whether an index row points into a latent view (rather than a raw-wds release)."""
-    return row is not None and "latents_member" in row
-
-
-def load_view_row(row: dict, root: str | Path, reader: ShardReader | None = None) -> dict[str, Any]:
-    """One view row as a batch item: ``latents`` [C, f, h, w], ``text_embeds`` [L, D], ``text_mask`` [L],
-    ``c2w`` [F, 4, 4], ``K`` [F, 4], ``caption``, ``sample_id`` and ``view_codec`` (``route:codec_hash``)."""
-    latents = load_safetensors(read_member(row, "latents_member", root, reader))["latents"]
-    text = load_safetensors(read_member(row, "text_member", root, reader))
-    with np.load(io.BytesIO(read_member(row, "camera_member", root, reader)), allow_pickle=False) as npz:
-        c2w = torch.from_numpy(np.asarray(npz["c2w"], dtype=np.float32))
-    K = torch.from_numpy(np.asarray(np.load(io.BytesIO(read_member(row, "intrinsics_member", root, reader)), allow_pickle=False),
-                                    dtype=np.float32))
-    return {
-        "latents": latents, "text_embeds": text["text_embeds"], "text_mask": text["text_mask"], "c2w": c2w, "K": K,
-        "caption": row.get("caption", ""), "sample_id": row["sample_id"],
-        "view_codec": view_tag(row["route"], row["codec_hash"]),
-    }
 
 
 def latents_command(

@@ -1,7 +1,8 @@
 """The package's layer order, stated once and checked on every import (an AST walk, top-level and lazy alike).
 
 A module may import its own unit and any unit of a lower layer; an import of a unit of the same or a higher
-layer fails the test, naming the file, the line and both units. A new subpackage must be given a layer here.
+layer fails the test, naming the file, the line and both units. Inside a unit the modules import each other
+without a cycle. A new subpackage must be given a layer here, and every unit named here must exist.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("rollout",),  # the causal rollout engine over an adapter
     ("stages",),  # the LightningModules
     ("callbacks",),  # what watches stages
-    ("train_cli",),  # LightningCLI and predict (their model and first-frame loaders)
-    ("play",),  # the browser world, loading models as predict does
-    ("envs", "serve"),  # the world as a Gymnasium environment, on play's loaders
-    ("cli", "__main__"),  # the console entry point
+    ("lightning_cli",),  # the recipe parser: LightningCLI with composition and interpolation
+    ("loading",),  # a model, a first frame and a solver for inference (export, recipe + checkpoint)
+    ("train_cli", "play", "envs"),  # peers on the loaders: fit/test/predict, the browser world, the Gym environment
+    ("cli",),  # the console entry point
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
@@ -72,9 +73,74 @@ def imports(name: str, path: Path) -> list[tuple[int, str]]:
 MODULES = modules()
 
 
+def import_edges(name: str, path: Path) -> set[str]:
+    """The modules of ``MODULES`` that ``name`` imports: ``from pkg import sub`` counts as ``pkg.sub`` when that is
+    a module, and an import of a name inside a module counts as that module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = set()
+    for line, target in imports(name, path):
+        nodes = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.lineno == line]
+        subs = [f"{target}.{a.name}" for n in nodes for a in n.names if f"{target}.{a.name}" in MODULES]
+        if subs:
+            found.update(subs)
+            continue
+        while target and target not in MODULES:
+            target = target.rpartition(".")[0]
+        if target:
+            found.add(target)
+    found.discard(name)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (its strongly connected components of more than one module, Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while component[-1:] != [v]:
+                component.append(stack.pop())
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
 def test_every_unit_has_a_layer():
     units = {unit_of(m) for m in MODULES} - {""}
     assert not units - set(RANK), f"give these units a layer in tests/test_layers.py LAYERS: {sorted(units - set(RANK))}"
+
+
+def test_every_layer_names_a_unit_that_exists():
+    units = {unit_of(m) for m in MODULES} - {""}
+    assert not set(RANK) - units, f"LAYERS names units with no module: {sorted(set(RANK) - units)}"
+
+
+@pytest.mark.parametrize("unit", sorted({unit_of(m) for m in MODULES} - {""}))
+def test_no_import_cycle_inside_a_unit(unit):
+    graph = {m: {t for t in import_edges(m, p) if unit_of(t) == unit} for m, p in MODULES.items() if unit_of(m) == unit}
+    found = cycles(graph)
+    assert not found, f"import cycles inside {unit!r}: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_finds_a_cycle_and_passes_a_chain():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
 def test_the_package_root_imports_nothing_of_its_own():

@@ -22,7 +22,7 @@ def test_a_missing_or_bidirectional_adapter_is_one_line(tmp_path, capsys):
 def test_the_shipped_defaults_exist_and_fit_the_tiny_recipe():
     from PIL import Image
 
-    from solarwm.play.server import DEFAULT_ADAPTER, DEFAULT_CAPTION, DEFAULT_FIRST_FRAME
+    from solarwm.loading import DEFAULT_ADAPTER, DEFAULT_CAPTION, DEFAULT_FIRST_FRAME
 
     image = np.asarray(Image.open(DEFAULT_FIRST_FRAME))
     assert image.shape == (32, 32, 3) and image.std() > 10  # a rendered world, not a blank frame

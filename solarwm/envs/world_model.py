@@ -43,8 +43,7 @@ class WorldModelEnv(gymnasium.Env):
         max_blocks: int | None = None,
         render_mode: str | None = "rgb_array",
     ) -> None:
-        from solarwm.play.cli import load_causal, load_first_frame
-        from solarwm.play.server import DEFAULT_CAPTION, DEFAULT_FIRST_FRAME
+        from solarwm.loading import DEFAULT_CAPTION, DEFAULT_FIRST_FRAME, default_solver, load_causal
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"WorldModelEnv: render_mode must be 'rgb_array' or None, got {render_mode!r}")
@@ -56,7 +55,7 @@ class WorldModelEnv(gymnasium.Env):
         self.base_seed, self.num_steps, self.fps, self.fov = int(seed), num_steps, float(fps), float(fov)
         self.max_blocks = max_blocks
         self.metadata = dict(self.metadata, render_fps=self.fps)
-        self.solver = "flowmap" if self.model.delta_embedding is not None else "renoise"
+        self.solver = default_solver(self.model)
         high = np.array([max_speed] * 3 + [max_angular] * 3, dtype=np.float32)
         self.action_space = spaces.Box(-high, high, dtype=np.float32)
         h, w = self.image.shape[:2]
@@ -65,7 +64,7 @@ class WorldModelEnv(gymnasium.Env):
         self.last = self.image
 
     def _image(self, first_frame: str | np.ndarray) -> np.ndarray:
-        from solarwm.play.cli import load_first_frame
+        from solarwm.loading import load_first_frame
 
         if isinstance(first_frame, np.ndarray):
             if first_frame.dtype != np.uint8 or first_frame.ndim != 3 or first_frame.shape[2] != 3:

@@ -3,49 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-
-from solarwm.play.server import DEFAULT_ADAPTER, DEFAULT_CAPTION, DEFAULT_FIRST_FRAME, PlayError, WorldSpec
 
 
-def load_causal(adapter: str | None, config: str | None = None, checkpoint: str | None = None) -> Any:
-    """The causal route adapter (eval mode) of an export folder or of a recipe + Lightning checkpoint."""
-    from solarwm.train_cli import _build_generator, _recipe
-
-    if checkpoint is not None and adapter is not None:
-        raise PlayError("give --adapter or --config with --checkpoint, not both")
-    if checkpoint is not None and config is None:
-        raise PlayError("--checkpoint needs the --config recipe it was trained with")
-    if checkpoint is None and adapter is None:
-        # The shipped model: relative to the working directory, else to this checkout's root.
-        repo = Path(__file__).resolve().parents[2] / DEFAULT_ADAPTER
-        adapter = DEFAULT_ADAPTER if Path(DEFAULT_ADAPTER).is_dir() or not repo.is_dir() else str(repo)
-    if adapter is not None and not (Path(adapter) / "adapter.json").is_file():
-        raise FileNotFoundError(f"{adapter}: not an adapter export folder (no adapter.json)"
-                                + (" - the shipped tiny model is not in this checkout" if adapter.endswith(DEFAULT_ADAPTER) else ""))
-    model, causal, _ = _build_generator(_recipe(config), config, checkpoint, adapter, True)
-    if not causal:
-        raise PlayError(f"{adapter or checkpoint}: play needs a causal model (a tf_anyflow or dmd export), "
-                        "this one is bidirectional")
-    return model.eval()
-
-
-def load_first_frame(path: str, width: int | None = None, height: int | None = None) -> np.ndarray:
-    """uint8 ``[H, W, 3]``: an image file or a clip folder's first frame, resized and centre-cropped like
-    ``solarwm predict`` (default: its own size) and rounded, so a recording replays exactly."""
-    import torch
-
-    from solarwm.datamodules.clips import resize_crop
-    from solarwm.train_cli import _first_frame
-
-    image = _first_frame(Path(path))
-    height, width = height or image.shape[0], width or image.shape[1]
-    if (height, width) == image.shape[:2]:
-        return np.ascontiguousarray(image)
-    frame, _ = resize_crop(torch.from_numpy(image.copy()).permute(2, 0, 1)[None], np.zeros((1, 4)), width, height)
-    return frame[0].round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+from solarwm.loading import DEFAULT_CAPTION, DEFAULT_FIRST_FRAME, default_solver, load_causal, load_first_frame
+from solarwm.play.server import PlayError, WorldSpec
 
 
 def build_spec(
@@ -63,7 +24,7 @@ def build_spec(
                         f"must not exceed max_speed ({max_speed:g}) and max_angular ({max_angular:g})")
     model = load_causal(adapter, config, checkpoint)
     image = load_first_frame(first_frame, width, height)
-    solver = "flowmap" if model.delta_embedding is not None else "renoise"
+    solver = default_solver(model)
     s = model.spatial_compression * model.patch_size
     if image.shape[0] % s or image.shape[1] % s:
         raise PlayError(f"frame size {image.shape[1]}x{image.shape[0]} must be a multiple of {s} for route {model.route}")

@@ -31,14 +31,6 @@ from fastapi import WebSocket  # at module level: FastAPI resolves the endpoint'
 from solarwm.camera.controller import CameraController, ControlError, check_twist
 
 STATIC = Path(__file__).parent / "static"
-#: The shipped defaults: a tiny stage-3 export, a first frame rendered by the synthetic renderer and its caption.
-DEFAULT_ADAPTER = "recipes/weights/tiny_causal"
-DEFAULT_FIRST_FRAME = str(Path(__file__).parent / "default_first_frame.png")
-DEFAULT_CAPTION = (
-    "A rendered outdoor scene with mottled cream ground. Five crates and four pillars stand around, coloured purple, "
-    "orange, green and red, with striped and checkerboard textures. Under a pale hazy sky, bright sunlight casting "
-    "hard shadows, thick haze in the distance."
-)
 
 
 class PlayError(ValueError):

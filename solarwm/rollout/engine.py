@@ -15,7 +15,7 @@ rollout-and-replay draws one exit step for all blocks). The TI2V anchor (the enc
 stays clean at sigma 0 in the first block.
 Per-latent-frame conditions (the cameras; the I2V route's image condition ``y``) are sliced per
 block by ``block_conditions`` (a training clip), or come block by block from an open-ended
-``RolloutSession`` (``solarwm.rollout.session``: ``solarwm predict``, ``solarwm play``, the Gym env),
+``RolloutSession`` (``solarwm.rollout.session``: ``solarwm predict``'s ``write_rollout``, ``solarwm play``, the Gym env),
 which needs nothing about the future; both drive the same ``Rollout.block``.
 
 Blocks are decoded as they come (``video_blocks``) with the route's streaming decoder, so memory is
@@ -25,9 +25,7 @@ positions.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Literal
 
 import torch
@@ -181,47 +179,3 @@ class Rollout:
         decode = self.adapter.stream_decoder()
         for block in self.latent_blocks(cond, generator):
             yield decode(block.x0)
-
-
-def write_rollout(
-    adapter: BackboneAdapter,
-    first_frame: torch.Tensor,
-    c2w: torch.Tensor,
-    K: torch.Tensor,
-    caption: str,
-    output: str | Path,
-    fps: float,
-    num_steps: int = 4,
-    solver: Solver = "renoise",
-    seed: int = 0,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Roll out ``c2w [1, N, 4, 4]`` / ``K [1, N, 4]`` from ``first_frame [1, 3, H, W]`` straight into an mp4.
-
-    A ``RolloutSession`` fed block by block from the track (the same code path as ``solarwm play``), so
-    memory is flat in N and the frames equal a session's under the same seed and cameras; blocks are
-    encoded as they are generated, and the mp4 appears only when the rollout finished. A progress bar
-    shows generated frames per second.
-    """
-    from tqdm import tqdm
-
-    from solarwm.data.video import VideoWriter
-    from solarwm.rollout.session import RolloutSession
-
-    track = c2w[0].detach().cpu().double().numpy()
-    intrinsics = K[0].detach().cpu().float().numpy()
-    session = RolloutSession(adapter, first_frame, caption, intrinsics[0], fps, seed, num_steps, solver)
-    start = time.perf_counter()
-    with VideoWriter(output, fps) as writer, tqdm(
-        total=len(track), unit="frame", desc="rollout", disable=not progress, dynamic_ncols=True
-    ) as bar:
-        pos = 0
-        while pos < len(track):
-            n = min(session.next_block_frames, len(track) - pos)
-            frames = session.step(track[pos : pos + n], intrinsics[pos : pos + n])
-            writer.write(frames)
-            bar.update(len(frames))
-            pos += n
-        written = writer.num_frames
-    seconds = time.perf_counter() - start
-    return {"num_frames": written, "seconds": round(seconds, 3), "frames_per_second": round(written / seconds, 2)}

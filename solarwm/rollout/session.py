@@ -19,6 +19,8 @@ state start from identical history and continue bit for bit alike under the same
 from __future__ import annotations
 
 import copy
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -211,3 +213,45 @@ class RolloutSession:
         other.extras = self.adapter.frame_condition_stream(self.first_frame)
         other.load_state_dict(self.state_dict())
         return other
+
+
+def write_rollout(
+    adapter: BackboneAdapter,
+    first_frame: torch.Tensor,
+    c2w: torch.Tensor,
+    K: torch.Tensor,
+    caption: str,
+    output: str | Path,
+    fps: float,
+    num_steps: int = 4,
+    solver: Solver = "renoise",
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Roll out ``c2w [1, N, 4, 4]`` / ``K [1, N, 4]`` from ``first_frame [1, 3, H, W]`` straight into an mp4.
+
+    A ``RolloutSession`` fed block by block from the track (the same code path as ``solarwm play``), so
+    memory is flat in N and the frames equal a session's under the same seed and cameras; blocks are
+    encoded as they are generated, and the mp4 appears only when the rollout finished. A progress bar
+    shows generated frames per second.
+    """
+    from tqdm import tqdm
+
+    from solarwm.data.video import VideoWriter
+    track = c2w[0].detach().cpu().double().numpy()
+    intrinsics = K[0].detach().cpu().float().numpy()
+    session = RolloutSession(adapter, first_frame, caption, intrinsics[0], fps, seed, num_steps, solver)
+    start = time.perf_counter()
+    with VideoWriter(output, fps) as writer, tqdm(
+        total=len(track), unit="frame", desc="rollout", disable=not progress, dynamic_ncols=True
+    ) as bar:
+        pos = 0
+        while pos < len(track):
+            n = min(session.next_block_frames, len(track) - pos)
+            frames = session.step(track[pos : pos + n], intrinsics[pos : pos + n])
+            writer.write(frames)
+            bar.update(len(frames))
+            pos += n
+        written = writer.num_frames
+    seconds = time.perf_counter() - start
+    return {"num_frames": written, "seconds": round(seconds, 3), "frames_per_second": round(written / seconds, 2)}

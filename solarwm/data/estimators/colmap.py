@@ -62,7 +62,7 @@ import cv2
 import numpy as np
 
 from solarwm.camera.sim3 import trajectory_errors
-from solarwm.data.estimators import EstimationError, EstimatorUnavailable, PoseEstimate, register
+from solarwm.data.estimators.registry import EstimationError, EstimatorUnavailable, PoseEstimate, register
 
 
 @dataclass(frozen=True)

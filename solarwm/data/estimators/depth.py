@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from solarwm.data.estimators import EstimationError, EstimatorUnavailable
+from solarwm.data.estimators.registry import EstimationError, EstimatorUnavailable
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from solarwm.data.estimators import EstimatorUnavailable, register
+from solarwm.data.estimators.registry import EstimatorUnavailable, register
 
 # name -> (python module, where it comes from, what it needs)
 OFFICIAL = {
