@@ -245,6 +245,10 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
         """LongTensor ``[f]``: the pixel frame each latent frame stands for (latent i <- frame t*i)."""
         return torch.arange(num_latent_frames, dtype=torch.long) * self.temporal_compression
 
+    def latent_camera_frames(self, num_latent_frames: int) -> torch.Tensor:
+        """LongTensor ``[f]``: the pixel frame whose camera latent frame i carries (default: ``latent_to_pixel_frame``)."""
+        return self.latent_to_pixel_frame(num_latent_frames)
+
     def tokens_per_frame(self, latent_height: int, latent_width: int) -> int:
         """Tokens one latent frame becomes after patchify (tokens are frame-major)."""
         if latent_height % self.patch_size or latent_width % self.patch_size:
@@ -385,7 +389,7 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
             raise AdapterError(
                 f"{self.route}: c2w must be [B, F, 4, 4] and K [B, F, 4]; got {tuple(c2w.shape)}, {tuple(K.shape)}"
             )
-        idx = self.latent_to_pixel_frame(self.latent_frames(c2w.shape[1])).to(c2w.device)
+        idx = self.latent_camera_frames(self.latent_frames(c2w.shape[1])).to(c2w.device)
         return c2w[:, idx].to(torch.float64), K[:, idx].float()
 
     # ------------------------------------------------------------------ model call

@@ -65,6 +65,17 @@ class WanRouteConfig:
     prediction: Literal["velocity", "x0", "x0_skip"] = "velocity"
     #: ``(start, stop)`` head dims that get PRoPE; ``None`` = all dims of every head.
     camera_head_dims: tuple[int, int] | None = None
+    #: Whose camera a latent frame carries. ``group_last``: pixel frame ``4i``, the last of the frames it
+    #: decodes to (ours). ``group_first``: ``4i - 3`` for ``i >= 1`` and frame 0 for latent 0, the first of its
+    #: group, as the official SolarWM release was trained (Junchao-cs/SolarWM
+    #: ``src/solarwm/backends/wan22/runtime/data.py`` ``latent_aligned_pixel_indices``).
+    latent_camera: Literal["group_last", "group_first"] = "group_last"
+    #: The intrinsics PRoPE sees. ``per_frame``: each frame's K (ours). ``wan_fixed``: the official fixed
+    #: normalised focal lengths (969.69.../1920, 969.69.../1080, centred), the batch's K ignored (same file).
+    intrinsics: Literal["per_frame", "wan_fixed"] = "per_frame"
+    #: ``bfloat16``: the transformer sees timesteps rounded to bf16, as the official stage-2 sampler feeds them
+    #: (Junchao-cs/SolarWM ``.../wan22/runtime/stage2.py``); ``none``: exact (ours, and the official training).
+    timestep_rounding: Literal["none", "bfloat16"] = "none"
 
     def __post_init__(self) -> None:
         # JSON round trips turn tuples into lists.
@@ -177,10 +188,33 @@ class WanAdapterBase(BackboneAdapter):
         return None
 
     # ------------------------------------------------------------------ model call
+    def latent_camera_frames(self, num_latent_frames: int) -> torch.Tensor:
+        """LongTensor ``[f]``: the pixel frame whose camera latent frame i carries (``config.latent_camera``)."""
+        last = self.latent_to_pixel_frame(num_latent_frames)
+        if self.config.latent_camera == "group_last":
+            return last
+        return (last - (self.temporal_compression - 1)).clamp_min(0)  # 4i - 3; latent 0 stays frame 0
+
+    def prope_K(self, K: torch.Tensor, image_size: tuple[int, int]) -> torch.Tensor:
+        """The pixel intrinsics ``[B, f, 4]`` PRoPE sees: ``K``, or the official fixed ones (``config.intrinsics``).
+
+        PRoPE normalises by the image size and centres the principal point, so the fixed pixel K
+        ``(fx·W, fy·H, W/2, H/2)`` is exactly the official focal-only ``diag(fx, fy, 1)`` (3a1b2c3/SolarWM
+        ``src/solarwm/backends/wan22/modeling/camera_prope.py``).
+        """
+        if self.config.intrinsics == "per_frame":
+            return K
+        from solarwm.backbones.official import WAN_FIXED_FX, WAN_FIXED_FY
+
+        width, height = image_size
+        fixed = torch.tensor([WAN_FIXED_FX * width, WAN_FIXED_FY * height, width / 2, height / 2],
+                             dtype=K.dtype, device=K.device)
+        return fixed.expand(K.shape)
+
     def attention_context(self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None) -> AttentionContext:
         """All frames at positions ``0..f-1``, cameras relative to the first."""
         return AttentionContext(
-            self.window_viewmats(cond["c2w"], 0), cond["K"], tuple(cond["image_size"]),
+            self.window_viewmats(cond["c2w"], 0), self.prope_K(cond["K"], cond["image_size"]), tuple(cond["image_size"]),
             positions=torch.arange(x_t.shape[2]), attn_mask=attn_mask,
         )
 
@@ -190,18 +224,20 @@ class WanAdapterBase(BackboneAdapter):
         """Window = cached frames then the query block, at positions 0..W-1, cameras relative to the query block."""
         start, width = window.start, window.width
         viewmats = self.window_viewmats(window.c2w, start)
+        K = self.prope_K(window.K, cond["image_size"])
         return AttentionContext(
-            viewmats[:, start:], window.K[:, start:], tuple(cond["image_size"]),
+            viewmats[:, start:], K[:, start:], tuple(cond["image_size"]),
             positions=torch.arange(start, width), cache=cache, commit=commit,
-            kv_viewmats=viewmats, kv_K=window.K, kv_positions=torch.arange(width),
+            kv_viewmats=viewmats, kv_K=K, kv_positions=torch.arange(width),
         )
 
     def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> AttentionContext:
         """Both copies at positions ``0..f-1`` with the same cameras, under the teacher-forcing mask."""
         viewmats = self.window_viewmats(cond["c2w"], 0)
         positions = torch.arange(x_noisy.shape[2])
+        K = self.prope_K(cond["K"], cond["image_size"])
         return AttentionContext(
-            torch.cat([viewmats, viewmats], 1), torch.cat([cond["K"], cond["K"]], 1), tuple(cond["image_size"]),
+            torch.cat([viewmats, viewmats], 1), torch.cat([K, K], 1), tuple(cond["image_size"]),
             positions=torch.cat([positions, positions]), attn_mask=self.teacher_forcing_mask(x_noisy),
         )
 
@@ -225,11 +261,11 @@ class WanAdapterBase(BackboneAdapter):
             x_in = x
         tpf = self.tokens_per_frame(*x.shape[-2:])
         # Per-token timesteps [B, f*h*w/p^2] (diffusers' expand_timesteps path; clean frames get 0).
-        timestep = (sigma_per_frame.float() * self.timestep_scale).repeat_interleave(tpf, dim=1)
+        timestep = self.model_timesteps(sigma_per_frame).repeat_interleave(tpf, dim=1)
         rope = self.transformer.rope
         rope._solarwm_context = context
         if r_per_frame is not None:
-            self._flow_map_r = (r_per_frame.float() * self.timestep_scale).repeat_interleave(tpf, dim=1)
+            self._flow_map_r = self.model_timesteps(r_per_frame).repeat_interleave(tpf, dim=1)
         dtype = self.transformer.dtype
         try:
             out = self.transformer(
@@ -240,6 +276,11 @@ class WanAdapterBase(BackboneAdapter):
             rope._solarwm_context = None
             self._flow_map_r = None
         return out.to(x.dtype)
+
+    def model_timesteps(self, sigma: torch.Tensor) -> torch.Tensor:
+        """float32 model timesteps ``1000·sigma``, rounded through bf16 when ``config.timestep_rounding`` says so."""
+        t = sigma.float() * self.timestep_scale
+        return t.to(torch.bfloat16).float() if self.config.timestep_rounding == "bfloat16" else t
 
     # ------------------------------------------------------------------ AnyFlow flow map
     def time_embedding(self) -> torch.nn.Module:

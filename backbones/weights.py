@@ -49,6 +49,7 @@ class AdapterWeights:
     #: Config keys that decide what trained weights mean; an export folder given as ``pretrained_path`` must agree.
     weight_config_keys: ClassVar[tuple[str, ...]] = (
         "prediction", "codec", "patchify_spatial", "text_encoder", "text_dim", "text_max_length", "camera_head_dims",
+        "latent_camera", "intrinsics",
     )
 
     def check_weight_config(self, config: dict[str, Any], source: str) -> None:

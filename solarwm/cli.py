@@ -40,7 +40,10 @@ DATA_VERBS: dict[str, tuple[str, str]] = {
 CAMERA_VERBS: dict[str, tuple[str, str]] = {
     "trajectory": ("solarwm.camera.cli:trajectory_command", "write a long procedural camera trajectory (.json/.npz)"),
 }
-GROUPS: dict[str, dict[str, tuple[str, str]]] = {"data": DATA_VERBS, "camera": CAMERA_VERBS}
+CONVERT_VERBS: dict[str, tuple[str, str]] = {
+    "official": ("solarwm.convert:official_command", "an official SolarWM Wan2.2-5B stage package -> adapter export"),
+}
+GROUPS: dict[str, dict[str, tuple[str, str]]] = {"data": DATA_VERBS, "camera": CAMERA_VERBS, "convert": CONVERT_VERBS}
 TRAIN_VERBS = ("fit", "validate", "test", "predict")
 #: Top-level verbs that are plain typed functions (like the group verbs, without a group).
 PLAIN_VERBS: dict[str, tuple[str, str]] = {
@@ -57,6 +60,7 @@ def _usage() -> str:
     lines = ["usage: solarwm {fit,validate,test,predict} --config recipes/<name>.yaml [...]",
              "       solarwm data <verb> [--help]",
              "       solarwm camera <verb> [--help]",
+             "       solarwm convert official PACKAGE --out DIR [--weights ema|live] [--architecture JSON] [--base DIR]",
              "       solarwm play [--adapter DIR] [--first_frame IMG] [--caption TEXT] [--port 7860] [--help]",
              "       --debug anywhere: show the traceback of an error instead of one line"]
     for group, verbs in GROUPS.items():

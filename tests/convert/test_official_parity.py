@@ -1,0 +1,138 @@
+"""Converted official packages compute what the official Wan code computes (tiny configs, random weights, fp32)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+from conftest import TINY_ARCH
+
+from solarwm.backbones.base import load_adapter, read_adapter_json
+from solarwm.cli import main
+from solarwm.convert import convert_official, sha256_file
+
+F, H, W = 3, 8, 12  # latent frames and size: 3 x 4 x 6 = 72 tokens
+
+
+def _inputs(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Latents ``[1, 48, F, H, W]``, text ``[1, text_len, text_dim]`` (padding zeroed) and one camera for all frames.
+
+    With one camera for every frame PRoPE's matrices cancel (Pᵢ Pⱼ⁻¹ = I), so our PRoPE attention must equal the
+    official model's plain attention: what is compared is the key mapping and the block math.
+    """
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 48, F, H, W, generator=g)
+    text = torch.randn(1, TINY_ARCH["text_len"], TINY_ARCH["text_dim"], generator=g)
+    text[:, 5:] = 0.0  # positions past the prompt are zeros, as the official text path feeds them
+    pose = torch.eye(4, dtype=torch.float64)
+    pose[:3, 3] = torch.tensor([0.3, -0.2, 1.5], dtype=torch.float64)
+    cond = {"text_embeds": text, "text_mask": None, "c2w": pose.expand(1, F, 4, 4).clone(),
+            "K": torch.tensor([20.0, 21.0, 12.0, 8.0]).expand(1, F, 4).clone(), "image_size": (2 * W, 2 * H),
+            "num_frames": 4 * (F - 1) + 1}
+    return x, text, cond
+
+
+def _official(model: torch.nn.Module, x: torch.Tensor, t_per_frame: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """``WanModel.forward`` with per-token timesteps ``[1, seq_len]`` (each frame's t on its tokens)."""
+    tokens = (H // 2) * (W // 2)
+    with torch.no_grad():
+        return model([x[0]], t_per_frame.repeat_interleave(tokens, dim=1), [text[0]], F * tokens)[0][None]
+
+
+def test_stage0p5_ema_and_live_match_wan_model(tiny_packages, tmp_path) -> None:
+    """Both roles convert; each equals the official WanModel it came from within 1e-4 (measured ~5e-6)."""
+    x, text, cond = _inputs()
+    t = torch.tensor([[0.0, 937.5, 625.0]])  # the image latent at t = 0, per-frame timesteps
+    for role, model in (("ema", tiny_packages["ema_model"]), ("live", tiny_packages["live_model"])):
+        out = tmp_path / role
+        convert_official(tiny_packages["stage0p5"], out, weights=role, architecture=tiny_packages["architecture"])
+        adapter = load_adapter(out).eval()
+        with torch.no_grad():
+            ours = adapter(x, t / 1000.0, cond)
+        ref = _official(model, x, t, text)
+        err = (ours - ref).abs().max().item()
+        assert err < 1e-4, f"{role}: max |ours - WanModel| = {err:.2e}"
+        assert ref.abs().max().item() > 0.5  # a real signal, not two zeros
+        meta = read_adapter_json(out)
+        assert meta["stage"] == "bidirectional" and meta["source"]["role"] == role
+        assert meta["source"]["field"] == {"ema": "generator_ema", "live": "generator"}[role]
+
+
+def test_stage2_package_through_the_cli_feeds_bf16_timesteps(tiny_packages, tmp_path, capsys) -> None:
+    """The ``model.`` prefix is stripped, the release manifest's role is used, sha256 and step are recorded, and
+    the converted student sees bf16-rounded timesteps as the official stage-2 sampler feeds them."""
+    out = tmp_path / "sgf"
+    assert main(["convert", "official", str(tiny_packages["stage2"]), "--out", str(out),
+                 "--architecture", tiny_packages["architecture"]]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    meta = read_adapter_json(out)
+    assert summary["stage"] == meta["stage"] == "dmd"
+    assert meta["source"]["role"] == "ema" and meta["source"]["step"] == 1200
+    assert meta["source"]["model_pt_sha256"] == sha256_file(tiny_packages["stage2"] / "model.pt")
+    config = meta["config"]
+    assert (config["latent_camera"], config["intrinsics"], config["timestep_rounding"]) == (
+        "group_first", "wan_fixed", "bfloat16")
+    assert "flow_map_gate" not in meta and not (out / "flow_map.safetensors").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["adapter.json", "camera.safetensors", "transformer"]
+    assert all(p.suffix != ".bin" for p in (out / "transformer").iterdir())  # safetensors only
+    x, text, cond = _inputs(2)
+    t = torch.tensor([[0.0, 937.5, 833.3333]])
+    adapter = load_adapter(out).eval()
+    with torch.no_grad():
+        ours = adapter(x, t / 1000.0, cond)
+    rounded = t.to(torch.bfloat16).float()  # 0, 936, 832
+    assert rounded[0, 1].item() == 936.0
+    err = (ours - _official(tiny_packages["ema_model"], x, rounded, text)).abs().max().item()
+    assert err < 1e-4, f"max |ours - WanModel(bf16 t)| = {err:.2e}"
+    exact = (ours - _official(tiny_packages["ema_model"], x, t, text)).abs().max().item()
+    assert exact > 10 * err  # the rounding is visible: the setting is what makes the two agree
+
+
+def _official_anyflow(model: torch.nn.Module, delta: torch.nn.Module, module: Any, x: torch.Tensor,
+                      t: torch.Tensor, r: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """The official AnyFlow forward from WanModel's parts: ``e = 0.75·time_embedding(sin t) + 0.25·delta(sin r)``
+    before ``time_projection``, feeding every block and the head (3a1b2c3/SolarWM
+    ``src/solarwm/backends/wan22/modeling/causal_model.py``)."""
+    tokens = (H // 2) * (W // 2)
+    seq = F * tokens
+    t_tok, r_tok = t.repeat_interleave(tokens, dim=1).flatten(), r.repeat_interleave(tokens, dim=1).flatten()
+    with torch.no_grad():
+        h = model.patch_embedding(x)
+        grid = torch.tensor([h.shape[2:]], dtype=torch.long)
+        h = h.flatten(2).transpose(1, 2)
+        sin_t = module.sinusoidal_embedding_1d(model.freq_dim, t_tok).unflatten(0, (1, seq)).float()
+        sin_r = module.sinusoidal_embedding_1d(model.freq_dim, r_tok).unflatten(0, (1, seq)).float()
+        e = 0.75 * model.time_embedding(sin_t) + 0.25 * delta(sin_r)
+        e0 = model.time_projection(e).unflatten(2, (6, model.dim))
+        context = model.text_embedding(text)
+        for block in model.blocks:
+            h = block(h, e=e0, seq_lens=torch.tensor([seq]), grid_sizes=grid, freqs=model.freqs,
+                      context=context, context_lens=None)
+        h = model.head(h, e)
+        return model.unpatchify(h, grid)[0][None]
+
+
+def test_stage1_flow_map_equals_official_anyflow_mixing(tiny_packages, tmp_path) -> None:
+    """The stage-1 delta lands in our flow map (gate 0.25): u(x, t, r) equals the official mixing from parts."""
+    out = tmp_path / "tf"
+    convert_official(tiny_packages["stage1"], out, architecture=tiny_packages["architecture"])
+    meta = read_adapter_json(out)
+    assert meta["stage"] == "tf_anyflow" and meta["flow_map_gate"] == 0.25
+    adapter = load_adapter(out).eval()
+    model = tiny_packages["ema_model"]
+    delta = torch.nn.Sequential(torch.nn.Linear(model.freq_dim, model.dim), torch.nn.SiLU(),
+                                torch.nn.Linear(model.dim, model.dim))
+    delta.load_state_dict({k[len("delta_embedding."):]: v for k, v in tiny_packages["delta"].items()})
+    x, text, cond = _inputs(3)
+    t = torch.tensor([[0.0, 937.5, 833.3333]])
+    r = torch.tensor([[0.0, 833.3333, 625.0]])  # clean rows r = t
+    with torch.no_grad():
+        ours = adapter(x, t / 1000.0, cond, r_per_frame=r / 1000.0)
+    ref = _official_anyflow(model, delta, tiny_packages["module"], x, t, r, text)
+    err = (ours - ref).abs().max().item()
+    assert err < 1e-4, f"max |ours - official AnyFlow| = {err:.2e}"
+    # r != t matters: without the delta's input the output differs (the comparison is not vacuous).
+    with torch.no_grad():
+        same = adapter(x, t / 1000.0, cond, r_per_frame=t / 1000.0)
+    assert (same - ref).abs().max().item() > 10 * err
