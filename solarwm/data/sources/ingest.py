@@ -17,7 +17,9 @@ the rest the same way for every source:
 * **accounting** — every native item ends as clips or as a failed clip record (a folder with
   only ``meta.json`` whose ``provenance.stages.ingest`` is ``failed`` with a reason), so
   `solarwm.data.accounting.account` counts it; a rerun skips clips already written (ids are
-  deterministic: ``contract.clip_id(owner, original_id, start, end)``) and retries failures.
+  deterministic: ``contract.clip_id(owner, original_id, start, end)``) and retries failures. Items are
+  keyed by what they read: two of one name in different folders get ids qualified by their path
+  (``name@path``), and one listed twice (a symlinked alias) is a failed ``duplicate_item`` record.
 
 Item-level failures (the item cannot be read at all) use the interval ``[0, 0)`` in their id.
 """
@@ -100,6 +102,50 @@ def _estimator(cfg: IngestConfig, bridged: bool = False) -> Any:
     if isinstance(found, Exception):
         raise SourceDefect("estimator_unavailable", f"{found.name}: {found.reason}")
     return found
+
+
+def _ref_text(ref: dict[str, Any]) -> str:
+    """An item's place in the source root as text (its paths and archive members)."""
+    return ":".join(str(v) for v in ref.values() if v is not None)
+
+
+def _ref_key(root: Path, ref: dict[str, Any]) -> tuple:
+    """What an item reads, with every path resolved: two items with one key are one item listed twice."""
+    def real(value: Any) -> str:
+        if isinstance(value, str) and value and (root / value).exists():
+            return str((root / value).resolve())
+        return repr(value)
+
+    return tuple(sorted((k, real(v)) for k, v in ref.items()))
+
+
+def qualified(item: NativeItem) -> NativeItem:
+    """``item`` with its id qualified by its place in the root: ``name@path``."""
+    return NativeItem(f"{item.original_id}@{_ref_text(item.ref)}", item.ref)
+
+
+def distinct_items(root: Path, items: list[NativeItem]) -> tuple[list[NativeItem], list[tuple[NativeItem, NativeItem]]]:
+    """``items`` with distinct ids, and the (alias, original) pairs that read the same data as an earlier item.
+
+    A source names an item after its file (a video's stem, its folder); two distinct items of one name get ids
+    qualified by their place in the root (``name@path``), so each gets its own records. An item whose paths
+    resolve to an earlier item's (a symlinked alias) is a duplicate and is recorded as a failure."""
+    seen: dict[tuple, NativeItem] = {}
+    unique, duplicates = [], []
+    for item in items:
+        key = _ref_key(root, item.ref)
+        if key in seen:
+            duplicates.append((item, seen[key]))
+        else:
+            seen[key] = item
+            unique.append(item)
+    names: dict[str, int] = {}
+    for item in unique:
+        names[item.original_id] = names.get(item.original_id, 0) + 1
+    distinct = [qualified(it) if names[it.original_id] > 1 else it for it in unique]
+    renamed = {id(it): d for it, d in zip(unique, distinct)}
+    duplicates = [(qualified(alias), renamed[id(original)]) for alias, original in duplicates]
+    return distinct, duplicates
 
 
 def _failed(out: Path, cid: str, provenance: dict[str, Any], defect: Exception) -> dict[str, Any]:
@@ -202,6 +248,10 @@ def ingest(
     progress: bool = True, depth_model: str | None = None,
 ) -> dict[str, Any]:
     """Ingest every native item of ``source`` under ``root`` into the corpus ``out``; returns the summary."""
+    from solarwm.data.estimators import ESTIMATORS
+
+    if estimator not in ESTIMATORS:  # a typo, not a clip's problem: refused before any work
+        raise ValueError(f"unknown estimator {estimator!r}; choose one of {', '.join(sorted(ESTIMATORS))}")
     src = get_source(source)
     spec = spec or src.default_spec
     if spec not in cv.SPECS:
@@ -210,10 +260,18 @@ def ingest(
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: source root folder not found")
-    items = src.list_items(root)
+    listed = src.list_items(root)
+    items, duplicates = distinct_items(root, listed)
     cfg = IngestConfig(source, str(root), str(out), spec, estimator, estimator_weights, depth_model)
     Path(out).mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
+    for alias, original in duplicates:
+        base = {"owner": owner, "source": source, "original_id": alias.original_id, "frame_interval": None,
+                "spec": spec, "versions": {"ingest": INGEST_VERSION}}
+        defect = SourceDefect("duplicate_item", f"{_ref_text(alias.ref)} reads the same data as "
+                                                f"{_ref_text(original.ref)} (item {original.original_id})")
+        records.append({"item": alias.original_id,
+                        "windows": [_failed(Path(out), clip_id(owner, alias.original_id, 0, 0), base, defect)]})
     tasks = [(cfg, it) for it in items]
     for i, result in map_tasks(_task, tasks, executor=executor, workers=workers,
                                desc=f"ingest {source}" if progress else None, unit="item"):
@@ -233,7 +291,7 @@ def ingest(
     acc = account(out)
     return {
         "command": "ingest", "source": source, "owner": owner, "spec": spec, "root": str(root), "out": str(out),
-        "items": len(items), "clips": counts, "failed_reasons": dict(sorted(reasons.items())),
+        "items": len(listed), "duplicates": len(duplicates), "clips": counts, "failed_reasons": dict(sorted(reasons.items())),
         "accounting": acc.to_dict(), "records": sorted(records, key=lambda r: r["item"]),
     }
 
