@@ -118,8 +118,6 @@ def test_the_second_focal_seed_nudges_the_first_wider():
     for bad in (1.0, 0.0, -1.2):  # 1 repeats the first run: no second opinion
         with pytest.raises(ValueError, match="second_focal_seed_ratio"):
             get_estimator("colmap", second_focal_seed_ratio=bad)
-    with pytest.raises(ValueError, match="select_margin"):
-        get_estimator("colmap", select_margin=0.9)
     with pytest.raises(ValueError, match="split_pos_frac"):
         get_estimator("colmap", split_pos_frac=0.0)
     with pytest.raises(ValueError, match="split_draws"):
@@ -148,22 +146,11 @@ def test_random_clip_meets_the_bounds_or_fails_by_name(i, known):
 
 
 @pytest.mark.slow
-def test_when_the_mappers_disagree_the_run_that_explains_the_matches_best_is_kept():
-    # random1, K known, frames not enlarged (upscale=1, the default before the 2x enlargement): the incremental
-    # mapper lands 15 deg off (and again with seed + 1), the global mapper 0.6 deg. Enlarged, the two agree.
-    # The selection is opt-in (select_margin); by default a disagreement fails the clip. The split-half check is
-    # off here: the kept global run is 2.2% of the path off. Retriangulated: incremental 0.665 px, global
-    # 0.599 px, seed + 1 0.691 px, so the margin here is 1.1 (1.15 fails the clip as "no run clearly best").
-    margin = 1.1
+def test_when_the_mappers_disagree_the_clip_fails_by_name():
+    # random1, K known, frames not enlarged (upscale=1): the incremental mapper lands 15 deg off, the global
+    # mapper 0.6 deg; neither run is kept (enlarged, the two agree).
     traj = sample_trajectory(np.random.default_rng([7, 1]), F, W, H, 16.0)
     frames = render_clip(make_scene(np.random.default_rng(101), traj.c2w), traj)
-    est = get_estimator("colmap", select_margin=margin, upscale=1, split_pos_frac=None).estimate(frames, traj.K, 16.0)
-    sel = est.diagnostics["selection"]
-    px = sel["retriangulated_px"]
-    assert sel["kept"] == "global" and set(px) == {"incremental", "global", "incremental, seed + 1"}
-    assert px["incremental"] >= margin * px["global"] and px["incremental, seed + 1"] >= margin * px["global"]
-    err = trajectory_errors(est.c2w, traj.c2w)
-    assert err["rot_max_deg"] <= 1.0 and err["pos_max_frac"] <= 0.035  # measured 0.59 deg, 2.2% (not enlarged)
     with pytest.raises(EstimationError, match="unstable trajectory: the incremental and global mappers disagree"):
         get_estimator("colmap", upscale=1).estimate(frames, traj.K, 16.0)
 
@@ -218,7 +205,7 @@ def test_tiny_random_depthpro_runs_end_to_end(tmp_path):
 
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from pose_estimate import tiny_depthpro
 
     torch.manual_seed(0)

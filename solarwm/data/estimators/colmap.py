@@ -5,35 +5,27 @@ The pipeline, on a clip window's frames uint8 ``[F, H, W, 3]``:
 1. The frames are written as PNGs to a temporary folder; pycolmap extracts SIFT features on the
    CPU and matches each frame with its ``overlap`` successors (sequential matching, no loop
    closure: a clip window is one continuous shot).
-2. Mapping. The default, ``mapper="checked"``, runs the incremental mapper, then the global mapper
-   (rotation averaging, then global positioning) on the same matches with the incremental run's
-   intrinsics held fixed, and keeps the global run's cameras only if the two trajectories agree
-   (rotation, and camera centres after Sim(3)). With known K, either mapper alone settles on some
-   clips on a trajectory 12-18 deg off with a low reprojection error (0.3-0.7 px) and nothing to
-   flag it; on the 160x120 clips measured the two never agreed on a wrong one, and where they agree
-   the global run halves the incremental one's errors (docs/results/2026-12-pose-estimation.md).
-   Global positioning is weak on mostly forward motion, so the two often disagree on a walk, and the
-   clip fails as ``unstable trajectory``. With ``select_margin`` set (off by default), a third run
-   (the incremental mapper, another seed) joins them, every run's poses are scored by how well they
-   explain the same matches (all verified matches triangulated anew with the run's poses held
-   fixed, mean reprojection error), and the best run is kept when every run it disagrees with
-   scores ``select_margin`` times worse. It recovers most forward walks, but once kept a wrong
-   minimum that explained the matches better, so it is not the default. When K is estimated the
-   global mapper is no second opinion (it came back 15-19 deg off on a walk the incremental mapper
-   got right); instead the incremental mapper runs twice, the second run's focal seeded
-   ``second_focal_seed_ratio`` times shorter than the first's (COLMAP's prior or the depth model's), each on its own matches, and the first run is
-   kept only if both find the same focal and trajectory: a well-observed focal returns to the same
-   value, a weakly observed one wanders (on 160x120 clips a single run returned focals 39% and 67%
-   off with nothing to flag them). ``mapper="incremental"`` or ``"global"`` runs one mapper.
+2. Mapping. The default, ``mapper="checked"``, asks for a second opinion, because either mapper alone
+   can settle on a wrong trajectory with a low reprojection error and nothing to flag it. With K known,
+   the incremental mapper runs, then the global mapper (rotation averaging, then global positioning) on
+   the same matches with the incremental run's intrinsics held fixed; the global run's cameras are kept
+   only if the two trajectories agree (rotation, and camera centres after Sim(3)), else the clip fails
+   as ``unstable trajectory`` (global positioning is weak on mostly forward motion, so walks often fail
+   this way). When K is estimated the global mapper is no second opinion; instead the incremental
+   mapper runs twice, the second run's focal seeded ``second_focal_seed_ratio`` times shorter than the
+   first's (COLMAP's prior or the depth model's), each on its own matches, and the first run is kept
+   only if both find the same focal and trajectory: a well-observed focal returns to the same value, a
+   weakly observed one wanders. ``mapper="incremental"`` or ``"global"`` runs one mapper.
 3. Checks, each failing the clip with a named ``EstimationError``: every frame registered (a
    missing frame is never interpolated), one model only, at least ``min_points`` points, mean
    reprojection error at most ``max_reproj_px``, an estimated focal inside ``fov_range_deg``, and
    (``checked``) the two runs' agreement within ``agree_rot_deg`` and ``agree_pos_frac`` (and, K
-   estimated, ``agree_focal_frac``), or with K known and ``select_margin`` set the third run's selection;
-   and, K known, the split-half check: the kept run's points split at random into two halves, each
-   bundle-adjusted alone, must place the cameras within ``split_pos_frac`` of the path of each other, in every split
-   (``uncertain trajectory``). Where the mappers agree they can share an error of 1-2% of the path; how
-   far two halves of the observations disagree tracks it.
+   estimated, ``agree_focal_frac``); and, K known, the split-half check: the kept run's points split
+   at random into two halves, each bundle-adjusted alone, must place the cameras within
+   ``split_pos_frac`` of the path of each other, in every split (``uncertain trajectory``), because
+   mappers that agree can still share an error that only the observations' own spread reveals.
+
+Every default here was measured on rendered worlds: docs/results/2026-12-pose-estimation.md.
 
 Intrinsics. A known ``K [F, 4]`` (pixels; COLMAP's pixel convention is the project's: the centre
 of column ``j`` is at ``u = j + 0.5``) is held fixed, or refined when ``refine_known_K``. An
@@ -67,44 +59,32 @@ from solarwm.data.estimators.registry import EstimationError, EstimatorUnavailab
 
 @dataclass(frozen=True)
 class ColmapOptions:
-    """Tuning of ``colmap``; the defaults were measured on rendered worlds (benchmarks/pose_estimate.py)."""
+    """Tuning of ``colmap``; the defaults were measured on rendered worlds (docs/results/2026-12-pose-estimation.md)."""
 
     mapper: str = "checked"  # a second opinion (module docstring, 2.), or one mapper by name
     agree_rot_deg: float = 2.0  # checked: worst rotation difference of the two runs' trajectories
     agree_pos_frac: float = 0.05  # checked: worst centre difference after Sim(3), as a fraction of the path
     agree_focal_frac: float = 0.03  # checked, K estimated: relative difference of the two runs' focals
-    # checked, K known, when the two mappers disagree: a third run joins, and the run whose poses explain the
-    # matches best (retriangulated) is kept if every run it disagrees with has this many times its error.
-    # None (the default) fails the clip on any disagreement: 1.15 kept 13 forward arcs right, but one held-out
-    # 320x240 arc 11.8 deg off (docs/results/2026-12-pose-estimation.md, "choosing between runs").
-    select_margin: float | None = None
-    # checked, K estimated: the second run's focal seed is the first's divided by this (a wider field of view).
-    # A nudge, not the far end of the range: seeded at 90 deg, well-observed clips landed on a 12 deg field of view.
+    # checked, K estimated: the second run's focal seed is the first's divided by this (a wider field of view);
+    # a nudge, because from the far end of the range even well-observed focals land in another basin.
     second_focal_seed_ratio: float = 1.2
     refine_known_K: bool = False
     max_features: int = 4096
     # Frames are enlarged this many times before SIFT; None: 2 when the short side is under 320 px, else 1.
-    # On 160x120 clips it buys the unknown-K focal (14% -> 1.5% off on an arc) and, K known, accuracy and yield
-    # (arc 0.37 deg/1.1% -> 0.16 deg/0.46%; held-out clips kept 11/40 -> 22/40); on 320x240 ones, clips
-    # kept 16/35 -> 27/35, worst kept 3.1% -> 1.5% of the path; at 2-6x the time
-    # (docs/results/2026-12-pose-estimation.md, "2x enlargement with known K", "320x240").
+    # Small frames give too few and too coarse keypoints to fix the focal and the camera centres.
     upscale: int | None = None
-    # SIFT's DoG contrast threshold, a third of COLMAP's 0.0066: small clips need the weaker
-    # features (an 81-frame 160x120 orbit broke into two models at the default).
+    # SIFT's DoG contrast threshold, a third of COLMAP's 0.0066: small clips need the weaker features.
     peak_threshold: float = 0.002
     # K known: the kept run's points are split into two halves, each bundle-adjusted alone, and the clip fails as
     # `uncertain trajectory` when the halves' camera centres differ (after Sim(3)) by more than this fraction of the
-    # path in any of `split_draws` random splits; None skips the check. 0.7% was set on 13 tuning clips and the
-    # worst split replaced the median on 14 (kept beyond 1% of the path: 4 of 7 with the median, 0 with the worst
-    # split); on 28 fresh held-out 160x120 clips the mappers kept 8, and the check failed the 4 beyond 1% and none
-    # of the 4 within it (docs/results/2026-12-pose-estimation.md, "the split-half check", "the worst split").
+    # path in any of `split_draws` random splits (the median let wrong clips through); None skips the check.
     split_pos_frac: float | None = 0.007
     split_draws: int = 3
     max_scale_spread: float = 0.15  # metric scale: bound on the per-frame depth ratios' robust spread
     overlap: int = 12
     # Inlier threshold (px of the input frames) of two-view RANSAC, registration (3x), triangulation and the
-    # mapper's point filter; None keeps COLMAP's 4 px. 1 px halves the errors of the 160x120 arc and orbit but
-    # sends a SpatialVID-layout clip 8.6 deg off with no failure (docs/results/2026-12-pose-estimation.md).
+    # mapper's point filter; None keeps COLMAP's 4 px. Tighter is more accurate on small frames but can keep a
+    # wrong trajectory with no failure, so it is opt-in.
     max_error_px: float | None = None
     guided_matching: bool = False
     min_frames: int = 8
@@ -160,9 +140,6 @@ class ColmapEstimator:
             raise ValueError(f"split_pos_frac must be positive or None, got {self.opts.split_pos_frac!r}")
         if not self.opts.split_draws >= 1:
             raise ValueError(f"split_draws must be at least 1, got {self.opts.split_draws!r}")
-        if self.opts.select_margin is not None and not self.opts.select_margin >= 1:
-            # Below 1 a run could be kept over one that explains the matches better.
-            raise ValueError(f"select_margin must be >= 1 or None, got {self.opts.select_margin!r}")
         self.depth = depth
         # Declared up front: the metric bridge refuses a relative reference before running it.
         self.pose_units = "metric" if depth is not None else "relative"
@@ -236,12 +213,12 @@ class ColmapEstimator:
         p.match_sequential(db_path, matching_options=matching, pairing_options=pairing,
                            verification_options=verification, device=p.Device.cpu)
 
-    def _incremental_options(self, refine: bool, s: int, seed: int) -> Any:
-        """The incremental mapper's options (also the retriangulation's): ``s`` is the frames' enlargement."""
+    def _incremental_options(self, refine: bool, s: int) -> Any:
+        """The incremental mapper's options: ``s`` is the frames' enlargement."""
         p, o = self.pycolmap, self.opts
         opts = p.IncrementalPipelineOptions()
         opts.num_threads = o.threads
-        opts.random_seed = seed
+        opts.random_seed = o.seed
         opts.multiple_models = True  # several models are reported as such, not silently merged
         opts.min_model_size = 3
         opts.ba_refine_focal_length = refine
@@ -254,33 +231,23 @@ class ColmapEstimator:
             opts.triangulation.merge_max_reproj_error = opts.triangulation.complete_max_reproj_error = e
         return opts
 
-    def _map(self, db_path: Path, out: Path, mapper: str, refine: bool, s: int, seed: int | None = None) -> list[Any]:
+    def _map(self, db_path: Path, out: Path, mapper: str, refine: bool, s: int) -> list[Any]:
         """Mapping of a matched database by ``mapper`` into ``out``; ``s`` is the frames' enlargement."""
         p, o = self.pycolmap, self.opts
-        seed = o.seed if seed is None else seed
         images = db_path.parent / "images"
         out.mkdir()
         if mapper == "incremental":
-            models = p.incremental_mapping(db_path, images, out, options=self._incremental_options(refine, s, seed))
+            models = p.incremental_mapping(db_path, images, out, options=self._incremental_options(refine, s))
         else:
             opts = p.GlobalPipelineOptions()
             opts.num_threads = o.threads
-            opts.random_seed = seed
+            opts.random_seed = o.seed
             ba = opts.mapper.bundle_adjustment  # pycolmap 4: the global mapper's BA options are nested
             ba.refine_focal_length = refine
             ba.refine_principal_point = False
             ba.refine_extra_params = False
             models = p.global_mapping(db_path, images, out, options=opts)
         return [models[k] for k in sorted(models)]
-
-    def _retriangulated_px(self, rec: Any, db_path: Path, out: Path, s: int) -> float:
-        """Mean reprojection error (px of the input frames) of every verified match triangulated anew with
-        ``rec``'s cameras and poses held fixed: a score of how well a run's poses explain the same matches."""
-        out.mkdir()
-        opts = self._incremental_options(False, s, self.opts.seed)
-        tri = self.pycolmap.triangulate_points(rec, db_path, db_path.parent / "images", out, clear_points=True,
-                                               options=opts)
-        return float(tri.compute_mean_reprojection_error()) / s
 
     def _upscale(self, h: int, w: int) -> int:
         """The enlargement factor of this clip's frames (``ColmapOptions.upscale``)."""
@@ -382,8 +349,8 @@ class ColmapEstimator:
             return rec, out
         check: dict[str, Any] = {}
         if focal_free:
-            # The global mapper is no check of an estimated focal (15-19 deg off on a walk the incremental
-            # mapper got right): the incremental mapper again, from the other end of the field-of-view range.
+            # The global mapper is no check of an estimated focal (it went wrong on walks the incremental mapper
+            # got right): the incremental mapper again, from a nudged focal seed.
             assert second is not None
             diag["second_run"] = check
             try:
@@ -413,45 +380,8 @@ class ColmapEstimator:
         grec = self._check(self._map(db_path, db_path.parent / "sparse_global", "global", False, up),
                            n, w, h, False, up, check)
         other = self._export(grec, n, up)
-        try:
-            self._agree(out, other, "the incremental and global mappers", check)
-        except EstimationError as disagreement:
-            if o.select_margin is None:
-                raise
-            return self._select({"incremental": (rec, out), "global": (grec, other)}, str(disagreement),
-                                db_path, n, w, h, up, diag)
+        self._agree(out, other, "the incremental and global mappers", check)
         return grec, other
-
-    def _select(self, runs: dict[str, tuple[Any, tuple]], reason: str, db_path: Path, n: int, w: int, h: int,
-                up: int, diag: dict[str, Any]) -> tuple[Any, tuple[np.ndarray, np.ndarray, list[Observed]]]:
-        """Known K, the two mappers disagreeing: the run that explains the matches clearly best, and its export.
-
-        One of them (or both) sits in a wrong minimum. A third run (the incremental mapper, another seed)
-        joins ``runs`` (name → (reconstruction, export)); each run's poses are scored by how well they explain
-        the same matches, and the best is kept only if every run it disagrees with scores ``select_margin``
-        times worse; else ``unstable trajectory`` (``reason``) with the scores.
-        """
-        o, work = self.opts, db_path.parent
-        third: dict[str, Any] = {}
-        diag["third_run"] = third
-        try:
-            trec = self._check(self._map(db_path, work / "sparse_third", "incremental", False, up, seed=o.seed + 1),
-                               n, w, h, False, up, third)
-            runs["incremental, seed + 1"] = (trec, self._export(trec, n, up))
-        except EstimationError as e:
-            third["failed"] = str(e)
-        score = {k: self._retriangulated_px(r, db_path, work / f"retriangulated_{i}", up)
-                 for i, (k, (r, _)) in enumerate(runs.items())}
-        diag["selection"] = {"retriangulated_px": {k: round(v, 4) for k, v in score.items()}}
-        best = min(score, key=score.get)
-        close = [k for k in runs if k != best and not self._apart(runs[best][1], runs[k][1])[1]
-                 and not score[k] >= o.select_margin * score[best]]
-        if close:
-            shown = ", ".join(f"{k} {score[k]:.3f} px" for k in runs)
-            raise EstimationError(f"{reason}; no run explains the matches clearly best (retriangulated reprojection "
-                                  f"error: {shown}; margin {o.select_margin:g}x)")
-        diag["selection"]["kept"] = best
-        return runs[best]
 
     def _split_check(self, rec: Any, n: int, up: int, diag: dict[str, Any]) -> None:
         """Known K: how far the observations fix the kept trajectory, or ``uncertain trajectory``.
@@ -459,7 +389,7 @@ class ColmapEstimator:
         The run's 3D points are split at random into two halves; each half is bundle-adjusted alone (poses
         and points free, K fixed) from the kept solution, and the two trajectories are compared (worst
         centre difference after Sim(3), as a fraction of the path). In each of ``split_draws`` splits it
-        must be at most ``split_pos_frac``: the median let through clips 1.4-1.9% of the path off.
+        must be at most ``split_pos_frac`` (the median let wrong clips through).
         """
         p, o = self.pycolmap, self.opts
         ids = np.array(sorted(rec.points3D))
