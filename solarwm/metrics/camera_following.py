@@ -17,30 +17,23 @@ camera-i coordinates ``x_i`` (OpenCV axes). With camera-to-world poses ``x_w = c
 
 No parallax. Under a pure pan (or a motion too small to see) every translation fits the
 essential matrix, so its rotation is biased and recoverPose's choice among the
-decompositions is arbitrary (on rendered 64×64 pans: up to 3 of 4 pairs failed, the rest
-off by up to 5°). So a pure rotation is fitted to the same inliers first; when it explains
-the pair the rotation comes from it (0.1–0.6° on the same pans) and the pair has no
-translation direction. "Explains" is COLMAP's test for a panoramic or planar pair: the
-rotation accounts for at least ``panorama_ratio`` = 0.8 of the essential matrix's inliers
-(COLMAP's ``TwoViewGeometryOptions.max_H_inlier_ratio``, the homography against the
-epipolar geometry). At 0.9, 7 of 40 pairs of rendered 96×64 pans (worlds 0–9) fell to the
-essential matrix and their mean error was 0.77° instead of 0.27° (one world's 3.5°), and on
-generated clips, whose texture drifts a little, about 5% of the pairs did, at 1–9° each.
+decompositions is arbitrary. So a pure rotation is fitted to the same inliers first; when it explains
+the pair the rotation comes from it and the pair has no translation direction. "Explains" is
+COLMAP's test for a panoramic or planar pair: the rotation accounts for at least
+``panorama_ratio`` = 0.8 of the essential matrix's inliers (COLMAP's
+``TwoViewGeometryOptions.max_H_inlier_ratio``); a stricter ratio sends pans back to the arbitrary
+decomposition (docs/results/2026-12-camera-error.md, "The estimator's rotation test").
 
 Pairs the estimator cannot resolve (too few corners, tracks, RANSAC inliers — in number or
-as a share of the tracks — or points in front of both cameras) are counted in ``failed_pairs`` and never given a value. The
-estimator is imperfect, so the same metric on the ground-truth video with its own cameras
-gives the floor a generated video should be read against, counts included. Measured on
-rendered worlds (stride 4, defaults, 64×64 | 96×64; worlds 0–9), mean rotation error per clip: pans
-0.15–0.57° | 0.13–0.54°; walking while turning 1.4–5.8° | 0.8–5.0°, translation direction
-7–39°; random `sample_trajectory` paths, all pairs pooled (measured at 0.9), 1.4° | 1.6° (median 0.7°) and
-22° | 22°. The errors are heavy-tailed: a pair or two per clip is off by 5–15°.
+as a share of the tracks — or points in front of both cameras) are counted in ``failed_pairs`` and never
+given a value. The estimator is imperfect, so the same metric on the ground-truth video with its own
+cameras gives the floor a generated video should be read against, counts included (its figures on
+rendered worlds: docs/results/2026-12-camera-error.md, "The estimator on rendered worlds").
 
 Determinism. The same video gives the same numbers on any machine with the declared
 dependencies: the estimator runs with OpenCV, torch and BLAS pinned to one thread
 (`solarwm.util.threads.pinned_threads`), and RANSAC's random draws start from a fixed seed
-(``RANSAC_SEED``, set with ``cv2.setRNGSeed`` on the calling thread just before the fit). The
-figures above were measured on opencv-python-headless 4.14.0, numpy 2.4.6 and torch 2.13.0.
+(``RANSAC_SEED``, set with ``cv2.setRNGSeed`` on the calling thread just before the fit).
 """
 
 from __future__ import annotations
