@@ -34,7 +34,7 @@ from solarwm.backbones.base import BackboneAdapter
 from solarwm.objectives.dmd import dmd_gradient, dmd_surrogate
 from solarwm.objectives.flow_matching import shift_sigmas
 from solarwm.objectives.rng import RandomSource, SampleRNG, randint, randn
-from solarwm.rollout.engine import Rollout
+from solarwm.rollout.engine import Rollout, block_conditions
 from solarwm.stages.base import StageModule
 from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
 
@@ -87,6 +87,11 @@ class DMDModule(CausalGenerateMixin, StageModule):
             reference; Self-Forcing shifts, DMD/DMD2 draw uniform timesteps, i.e. 1.0).
         grad_clip: gradient-norm clip of both optimisers.
         seed: base seed of the per-step generators.
+        score_window: latent frames the teacher and the critic judge (None = the whole clip, the plain DMD). With a
+            clip longer than it, the student rolls out the whole clip (past its causal window, so eviction is
+            exercised) and both scores see one window-sized slice of it at a random start, its first latent
+            re-anchored as a clean image latent (the decoded last frame before the slice, encoded alone), as
+            Self-Forcing's long rollouts do for a teacher trained on short clips.
     """
 
     stage_name = "dmd"
@@ -110,6 +115,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         optimizer: OptimizerCallable = student_optimizer,
         critic_optimizer: OptimizerCallable = critic_optimizer,
         seed: int = 0,
+        score_window: int | None = None,
     ) -> None:
         super().__init__(None, optimizer, None)
         self.save_hyperparameters(ignore=["adapter", "optimizer", "critic_optimizer"])
@@ -139,6 +145,11 @@ class DMDModule(CausalGenerateMixin, StageModule):
         self.camera_guidance_scale, self.regression_weight = camera_guidance_scale, regression_weight
         self.score_min, self.score_max, self.grad_clip, self.seed = score_min, score_max, grad_clip, seed
         self.score_shift = generator.shift if score_shift is None else score_shift  # resolved once, at set-up
+        if score_window is not None and score_window <= generator.clean_latent_frames:
+            raise ValueError(f"DMDModule: score_window must exceed the anchor's {generator.clean_latent_frames} latent frames")
+        if score_window is not None and regression_weight > 0:
+            raise ValueError("DMDModule: score_window and regression_weight do not combine (a slice has no aligned clip)")
+        self.score_window = score_window
         self.solver, self.sample_steps = "renoise", num_steps
         # Counters live in buffers so checkpoints carry them.
         self.register_buffer("outer_step", torch.zeros((), dtype=torch.long))
@@ -199,6 +210,28 @@ class DMDModule(CausalGenerateMixin, StageModule):
         output = noisy - sigma_pf[:, None, :, None, None] * flow
         return torch.cat([x0[:, :, :clean], output[:, :, clean:]], 2), cond, x0
 
+    def score_slice(
+        self, x: torch.Tensor, cond: dict[str, Any], rng: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """``(x, cond)`` cut to ``score_window`` latent frames at a random start (unchanged when the clip fits).
+
+        A slice that does not start at frame 0 gets a clean anchor made from the generated video (detached): the
+        last pixel frame of its first latent, decoded and encoded alone, as the teacher saw image latents.
+        """
+        gen, f = self.generator, x.shape[2]
+        if self.score_window is None or f <= self.score_window:
+            return x, cond
+        start = int(torch.randint(0, f - self.score_window + 1, (1,), generator=rng))
+        frames = slice(start, start + self.score_window)
+        piece = x[:, :, frames]
+        clean = gen.clean_latent_frames
+        if start > 0 and clean > 0:
+            with torch.no_grad():
+                last = gen.decode(x[:, :, start - 1 : start + 1].detach().float())[:, :, -1:]
+                anchor = gen.encode(last).to(piece.dtype)[:, :, :clean]
+            piece = torch.cat([anchor, piece[:, :, clean:]], 2)
+        return piece, block_conditions(gen, cond, frames)
+
     def score_sigmas(self, batch_size: int, rng: RandomSource) -> torch.Tensor:
         """Per-sample score sigma ``[B]``: ``randint(0, 1000)/1000``, shifted (``score_shift``), clamped."""
         u = randint(1000, (batch_size,), rng, "cpu").double() / 1000.0
@@ -219,6 +252,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
         """The DMD surrogate on one rollout-and-replay, plus ``regression_weight`` × its MSE to the clip (student only)."""
         exit_step, streams = self.draws(batch, rng)
         output, cond, x0 = self.rollout_and_replay(batch, exit_step, streams, grad=True)
+        if self.score_window is not None:
+            output, cond = self.score_slice(output, cond, rng)
         with torch.no_grad():
             noisy, _, sigma_pf = self._renoise(output.detach(), streams)
             fake_x0 = self._x0(self.fake_score, noisy, sigma_pf, cond)
@@ -243,6 +278,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         exit_step, streams = self.draws(batch, rng)
         with torch.no_grad():
             generated, cond, _ = self.rollout_and_replay(batch, exit_step, streams, grad=False)
+            generated, cond = self.score_slice(generated, cond, rng)
             noisy, noise, sigma_pf = self._renoise(generated, streams)
         prediction = self.fake_score(noisy, sigma_pf, cond)
         return self.fake_score.loss(prediction, self.fake_score.target(generated, noise), self.fake_score.loss_mask(generated))
