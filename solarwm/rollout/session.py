@@ -9,8 +9,9 @@ and the Gymnasium environment are all sessions; for the same seed and cameras th
 
 The frame rule: latent frame ``i`` decodes to the pixel frames ``(p[i-1], p[i]]`` (latent 0 to frame 0),
 ``p = adapter.latent_to_pixel_frame``, and its camera is that of pixel frame ``p[i]`` (the last of its
-group). A block of ``frames_per_block`` latent frames therefore covers ``p[e-1] - p[s-1]`` pixel frames
-(Wan, 3 latents per block: 9 for the first block, 12 after it).
+group; a route may pick another frame of the group: ``adapter.latent_camera_frames``, e.g. the first for an
+imported official model). A block of ``frames_per_block`` latent frames therefore covers ``p[e-1] - p[s-1]``
+pixel frames (Wan, 3 latents per block: 9 for the first block, 12 after it).
 
 ``state_dict()`` / ``load_state_dict()`` (and ``fork()``) branch a world: two sessions loaded from one
 state start from identical history and continue bit for bit alike under the same cameras.
@@ -160,7 +161,7 @@ class RolloutSession:
         K = np.broadcast_to(self.K.numpy() if K_block is None else np.asarray(K_block, np.float32), (len(c2w), 4))
         n = self._latents_for(len(c2w))
         start = self.latent_frames
-        pix = self.adapter.latent_to_pixel_frame(start + n)[start:].numpy()
+        pix = self.adapter.latent_camera_frames(start + n)[start:].numpy()  # the camera each latent carries
         local = pix - (0 if start == 0 else int(self.adapter.latent_to_pixel_frame(start)[-1]) + 1)
         device = self.anchor.device
         cond = dict(self._static, **self.extras(n))
