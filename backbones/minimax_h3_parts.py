@@ -21,6 +21,7 @@ from solarwm.backbones.codecs import CodecError, PatchifyCodec
 from solarwm.backbones.wan_attention import ContextRotary
 from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.prope import prope_attention
+from solarwm.kernels.ulysses import SequenceParallel
 
 #: H3 modality tags (``MINIMAX_H3_MODALITY_NUM`` = 3 in diffusers).
 TAG_VIDEO, TAG_TEXT, TAG_AUDIO = 0, 1, 2
@@ -187,6 +188,7 @@ class H3AttentionContext:
     kv_K: torch.Tensor | None = None
     kv_position_ids: torch.Tensor | None = None
     kv_freqs: tuple[torch.Tensor, torch.Tensor] | None = None  # filled by the rope hook
+    sequence_tokens: int | None = None  # packed rows, filled by the sequence-parallel block hook
 
 
 def attach_h3_context(rope: torch.nn.Module, args: tuple, output: tuple) -> tuple:
@@ -211,6 +213,7 @@ class H3PRoPEAttnProcessor:
     def __init__(self, head_dims: tuple[int, int], layer_index: int = 0) -> None:
         self.head_dims = slice(*head_dims)
         self.layer_index = layer_index
+        self.sequence_parallel: SequenceParallel | None = None  # Ulysses group (backbones.sequence_parallel)
 
     def __call__(
         self,
@@ -230,11 +233,19 @@ class H3PRoPEAttnProcessor:
         else:
             query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
         b = ctx.batch
-        rows = hidden_states.shape[1] // b
-        # Unfold the documents: [1, B*rows, H*D] -> [B, rows, H, D].
-        query = attn.norm_q(query.reshape(b, rows, attn.heads, -1))
-        key = attn.norm_k(key.reshape(b, rows, attn.heads, -1))
-        value = value.reshape(b, rows, attn.heads, -1)
+        sp = self.sequence_parallel
+        if sp is None:
+            rows, heads = hidden_states.shape[1] // b, attn.heads
+            # Unfold the documents: [1, B*rows, H*D] -> [B, rows, H, D].
+            query = attn.norm_q(query.reshape(b, rows, heads, -1))
+            key = attn.norm_k(key.reshape(b, rows, heads, -1))
+            value = value.reshape(b, rows, heads, -1)
+        else:
+            # This rank's packed rows [1, N/P, H, D] -> all rows of H/P heads [1, N, H/P, D] (the norms are per head).
+            rows, heads = ctx.sequence_tokens // b, attn.heads // sp.size
+            split = hidden_states.shape[:2] + (attn.heads, -1)
+            qkv = (attn.norm_q(query.reshape(split)), attn.norm_k(key.reshape(split)), value.reshape(split))
+            query, key, value = (sp.to_heads(t, ctx.sequence_tokens).reshape(b, rows, heads, -1) for t in qkv)
         cos, sin = rotary_emb[0][:rows], rotary_emb[1][:rows]  # every document has the same layout
         query = _apply_rotary_emb(query, cos, sin)
         if ctx.cache is None:
@@ -255,7 +266,10 @@ class H3PRoPEAttnProcessor:
             query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
             ctx.viewmats, ctx.K, kv_viewmats, kv_K, ctx.image_size, head_dims=self.head_dims, attn_mask=mask,
         )
-        out = out.transpose(1, 2).reshape(1, b * rows, -1).type_as(query)
+        out = out.transpose(1, 2).reshape(1, b * rows, heads, -1)
+        if sp is not None:
+            out = sp.to_tokens(out)
+        out = out.flatten(2, 3).type_as(query)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)
 

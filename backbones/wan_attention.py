@@ -24,6 +24,7 @@ import torch
 from solarwm.backbones.base import AdapterError
 from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.prope import prope_attention
+from solarwm.kernels.ulysses import SequenceParallel
 
 
 class WanAttentionError(AdapterError):
@@ -52,6 +53,8 @@ class AttentionContext:
     commit: bool = False
     # Filled by the rope hook: (cos, sin) for kv_positions, and the tokens per frame.
     kv_freqs: tuple[torch.Tensor, torch.Tensor] | None = None
+    # Filled by the sequence-parallel block hook (``backbones.sequence_parallel``): the full token count.
+    sequence_tokens: int | None = None
 
 
 class ContextRotary(tuple):
@@ -124,6 +127,7 @@ class PRoPEWanAttnProcessor:
     def __init__(self, head_dims: tuple[int, int] | None = None, layer_index: int = 0) -> None:
         self.head_dims = slice(*head_dims) if head_dims is not None else None
         self.layer_index = layer_index
+        self.sequence_parallel: SequenceParallel | None = None  # Ulysses group (backbones.sequence_parallel)
 
     def __call__(
         self,
@@ -149,6 +153,9 @@ class PRoPEWanAttnProcessor:
         query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
         key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
+        sp = self.sequence_parallel
+        if sp is not None:  # from here to the output: all tokens, H/P heads
+            query, key, value = (sp.to_heads(t, ctx.sequence_tokens) for t in (query, key, value))
         query = apply_wan_rotary(query, *rotary_emb)
 
         if ctx.cache is None:
@@ -171,6 +178,9 @@ class PRoPEWanAttnProcessor:
             ctx.viewmats, ctx.K, kv_viewmats, kv_K, ctx.image_size,
             head_dims=self.head_dims, attn_mask=mask,
         )
-        out = out.transpose(1, 2).flatten(2, 3).type_as(query)
+        out = out.transpose(1, 2)
+        if sp is not None:
+            out = sp.to_tokens(out)
+        out = out.flatten(2, 3).type_as(query)
         out = attn.to_out[0](out)
         return attn.to_out[1](out)

@@ -1,0 +1,102 @@
+"""Ulysses sequence parallelism on a route's transformer: token-sharded blocks, all-to-all in self-attention.
+
+``enable_sequence_parallel(adapter, sp)`` makes every transformer block of ``adapter`` run on this rank's
+contiguous ``1/P`` of the token sequence (``solarwm.kernels.ulysses``):
+
+* a forward pre-hook on each block (the FSDP unit, ``transformer_block``) slices the block's per-token
+  arguments (``BLOCK_TOKEN_ARGS``: the hidden states entering the first block, per-token AdaLN inputs of
+  every block); the first block records the full token count on the call's attention context (carried by
+  the rotary tuple every block receives, so an activation-checkpoint recomputation sees the same count);
+* every self-attention processor gets the group (``processor.sequence_parallel``) and does the two
+  all-to-alls around the unchanged attention;
+* a forward hook on the last block gathers the tokens back, so the output head, the loss and everything a
+  stage does with the prediction see the full sequence, identical on every rank of the group.
+
+Cross-attention to text needs nothing (each rank's query tokens attend to the full text). Heads that do not
+divide by ``P`` fail here, at set-up.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.kernels.ulysses import SequenceParallel, SequenceParallelError
+
+#: A route's FSDP block (``transformer_block``) -> the arguments of its ``forward`` that are indexed by token
+#: (name -> token dim), and the argument carrying the call's attention context (``.context``).
+BLOCK_TOKEN_ARGS: dict[str, tuple[dict[str, int], str]] = {
+    # Wan: per-token timesteps give temb [B, N, 6, D] (Wan2.2's expand_timesteps path).
+    "diffusers.models.transformers.transformer_wan:WanTransformerBlock": ({"hidden_states": 1, "temb": 1}, "rotary_emb"),
+    # H3: one packed sequence [1, rows, D]; adaln_indices [rows] picks each row's AdaLN entry.
+    "diffusers.models.transformers.transformer_minimax_h3:MiniMaxH3TransformerBlock": (
+        {"hidden_states": 1, "adaln_indices": 0}, "rotary_emb"),
+}
+
+
+def _blocks(adapter: BackboneAdapter) -> list[torch.nn.Module]:
+    from solarwm.strategies import transformer_block_class  # lazy: strategies imports this module
+
+    block = transformer_block_class(adapter)
+    return [m for m in adapter.transformer.modules() if isinstance(m, block)]
+
+
+def _processors(adapter: BackboneAdapter) -> list[tuple[torch.nn.Module, Any]]:
+    """``(attention module, processor)`` of every self-attention whose processor speaks Ulysses."""
+    found = []
+    for module in adapter.transformer.modules():
+        processor = getattr(module, "processor", None)
+        if processor is not None and hasattr(processor, "sequence_parallel"):
+            found.append((module, processor))
+    return found
+
+
+def enable_sequence_parallel(adapter: BackboneAdapter, sp: SequenceParallel) -> None:
+    """Run ``adapter``'s transformer with its tokens sharded over ``sp`` (idempotent; ``sp.size == 1``: nothing)."""
+    if sp.size == 1 or getattr(adapter, "_sequence_parallel", None) is not None:
+        return
+    spec = BLOCK_TOKEN_ARGS.get(type(adapter).transformer_block)
+    if spec is None:
+        raise SequenceParallelError(
+            f"{adapter.route}: sequence parallelism is not supported for its block "
+            f"{type(adapter).transformer_block} (supported: {sorted(BLOCK_TOKEN_ARGS)}); use sequence_parallel_size=1"
+        )
+    token_args, context_arg = spec
+    processors = _processors(adapter)
+    if not processors:
+        raise AdapterError(f"{adapter.route}: no self-attention processor supports sequence parallelism")
+    for attn, processor in processors:
+        sp.check_heads(int(attn.heads), f"{adapter.route} self-attention")
+    blocks = _blocks(adapter)
+    signature = inspect.signature(type(blocks[0]).forward)
+
+    def shard_inputs(module: torch.nn.Module, args: tuple, kwargs: dict, first: bool) -> tuple[tuple, dict]:
+        bound = signature.bind(module, *args, **kwargs)
+        context = getattr(bound.arguments[context_arg], "context", None)
+        if context is None:
+            raise AdapterError(f"{adapter.route}: a sequence-parallel block was called without its attention context")
+        if first:
+            context.sequence_tokens = int(bound.arguments["hidden_states"].shape[token_args["hidden_states"]])
+        tokens = context.sequence_tokens
+        for name, dim in token_args.items():
+            value = bound.arguments.get(name)
+            # Full-length inputs are sliced; the hidden states after the first block are already this rank's.
+            if isinstance(value, torch.Tensor) and value.dim() > dim and value.shape[dim] == tokens:
+                bound.arguments[name] = sp.shard(value, dim)
+        return bound.args[1:], bound.kwargs
+
+    def gather_output(module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
+        context = signature.bind(module, *args, **kwargs).arguments[context_arg].context
+        return sp.gather(output, context.sequence_tokens, dim=token_args["hidden_states"])
+
+    for index, block in enumerate(blocks):
+        block.register_forward_pre_hook(
+            lambda m, a, k, first=index == 0: shard_inputs(m, a, k, first), with_kwargs=True
+        )
+    blocks[-1].register_forward_hook(gather_output, with_kwargs=True)
+    for _, processor in processors:
+        processor.sequence_parallel = sp
+    adapter._sequence_parallel = sp
