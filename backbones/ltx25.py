@@ -1,96 +1,50 @@
 """Route ``ltx25``: SolarWM-ltx-2.5-22B on diffusers' LTX-2 classes, used video-only (paper §6.2, Table 4).
 
-**Video-only construction.** LTX-2.5 ships as an audio-visual checkpoint (``LTX2VideoTransformer3DModel``:
-a 4096-wide video stream, a 2048-wide audio stream and bidirectional audio-video cross-attention in
-each of 48 blocks; ``LTX2TextConnectors``: a video and an audio text connector). diffusers' class cannot
-run without audio: every ``LTX2VideoTransformerBlock.forward`` runs the audio self-attention, audio
-text cross-attention and audio feed-forward unconditionally, and its ``__init__`` builds them. So this
-route does not instantiate that class. ``LTX25VideoTransformer3DModel`` builds only the video submodules,
-*the diffusers classes themselves* (``LTX2Attention``, ``FeedForward``, ``RMSNorm``,
-``LTX2AdaLayerNormSingle``, ``LTX2AudioVideoRotaryPosEmbed``) under the class's own attribute names
-(``proj_in``, ``time_embed``, ``prompt_adaln``, ``rope``, ``transformer_blocks.i.{norm1, attn1, norm2,
-attn2, norm3, ff, scale_shift_table, prompt_scale_shift_table}``, ``scale_shift_table``, ``norm_out``,
-``proj_out``), so a published checkpoint's video keys load 1:1. Its forward calls them in the order
-``LTX2VideoTransformer3DModel.forward`` does with ``isolate_modalities=True`` (patchify projection;
-time embedding -> AdaLN modulation; prompt AdaLN; per block: norm1 + modulation -> video self-attention
-(+ gate), norm2 + text-query modulation -> text cross-attention on modulated prompt K/V (+ gate),
-norm3 + modulation -> feed-forward (+ gate); output norm + modulation -> ``proj_out``). The audio
-stream (``audio_*``), the audio-video cross-attention (``audio_to_video_attn``,
-``video_to_audio_attn``, ``av_cross_attn_*``, ``*_a2v_cross_attn_scale_shift_table``) and the audio
-connector are neither built nor loaded: the checkpoint loader reads only the video keys from the
-safetensors files (``safe_open``, key by key). ``tests/test_route_ltx25.py`` checks that the video path
-equals the full class's video output (isolate_modalities) on weights loaded from a full AV checkpoint.
+**Video-only construction.** LTX-2.5 ships as an audio-visual checkpoint, and diffusers'
+``LTX2VideoTransformer3DModel`` cannot run without audio (every block builds and runs its audio stream). So
+``LTX25VideoTransformer3DModel`` builds only the video submodules, *the diffusers classes themselves*
+(``LTX2Attention``, ``FeedForward``, ``RMSNorm``, ``LTX2AdaLayerNormSingle``, ``LTX2AudioVideoRotaryPosEmbed``)
+under the class's own attribute names, so a published checkpoint's video keys load 1:1, and calls them in the
+order ``LTX2VideoTransformer3DModel.forward`` does with ``isolate_modalities=True``. The audio stream, the
+audio-video cross-attention and the audio connector are neither built nor loaded (the loader reads only the video
+keys, ``safe_open`` key by key). ``tests/backbones/test_route_ltx25.py`` checks that the video path equals the full
+class's video output on weights loaded from a full AV checkpoint. Parameter counts: docs/architecture.md, LTX-2.5.
 
-Published count (meta device, ``LTX25Config.published()``; Table 4 says "14.74B video path; 1.61B
-Gemma connector frozen"): video core 13,123,337,344 (13.1 B) + frozen video connector 1,612,546,304
-(1.61 B) = 14,735,883,648 (14.74 B). The removed audio stream is 3,286,408,320 (+ its 403,620,096
-connector = 3.69 B) and the AV cross-attention 2,578,113,536 (2.58 B), as Table 4 says. The Gemma feature
-projection (``video_text_proj_in``, 3840·49 -> 4096, 0.77 B) is not counted: it belongs to the Gemma
-feature extraction, whose 4096-d output (the cached features) is what the frozen connector takes.
-
-**Codec.** ``AutoencoderKLLTX2Video`` (``codec="ltx_vae"``): 8x temporal, 32x spatial, 128 channels,
-the first frame encoded alone, so a clip has 8n + 1 frames and latent i stands for pixel frame 8i (the
-base class's rules with ``temporal_compression = 8``). Latents are normalised as the LTX-2 pipelines do
-(``(z - latents_mean) * scaling_factor / latents_std``). The embedded CPU default is a lossless
-``PatchifyCodec(spatial=config.patchify_spatial, temporal=8)`` with the same temporal rule
-(spatial 32 would make 24,576 channels, so the tiny route uses 4: 384 channels).
+**Codec.** ``AutoencoderKLLTX2Video`` (``codec="ltx_vae"``): 8x temporal, 32x spatial, 128 channels, the first
+frame encoded alone, so a clip has 8n + 1 frames and latent i stands for pixel frame 8i. Latents are normalised as
+the LTX-2 pipelines do. The embedded CPU default is a lossless ``PatchifyCodec(spatial=config.patchify_spatial,
+temporal=8)`` with the same temporal rule (spatial 4 in the tiny route: spatial 32 would make 24,576 channels).
 
 **Conditioning.** LTX's native first-frame latent: the first latent is clean (``clean_latent_frames = 1``),
-timestep 0 on its tokens, excluded from the loss (as in ``LTX2ConditionPipeline``, whose per-token
-timestep is ``t * (1 - conditioning_mask)``).
+timestep 0 on its tokens, excluded from the loss (as in ``LTX2ConditionPipeline``).
 
-**Objective and timesteps.** Rectified flow as the base class: ``x_sigma = (1 - sigma) x0 + sigma eps``,
-target ``eps - x0``. The LTX-2 transformer takes timesteps already multiplied by
-``timestep_scale_multiplier`` = 1000 (the pipelines pass the scheduler's ``t = 1000 sigma``; its
-``time_embed`` is a sinusoid of that value), so ``timestep_scale = 1000``. The prompt AdaLN
-(``prompt_adaln``, LTX-2.3+) takes the same ``1000 sigma``. Published shift ``e^2.05``: the LTX-2
-pipelines' ``calculate_shift`` gives ``mu = 2.05`` at >= 4096 tokens (every training size here) and
-their exponential time shift with ``mu`` is the base class's shift ``s = e^mu``.
+**Objective and timesteps.** Rectified flow as the base class. The transformer takes timesteps already multiplied
+by 1000 (the pipelines pass ``t = 1000 sigma``), so ``timestep_scale = 1000``, the prompt AdaLN included. Shift
+``e^2.05``: the pipelines' ``calculate_shift`` gives ``mu = 2.05`` at every training size here.
 
-**Per-frame timesteps.** Cameras, AdaLN timesteps *and* the prompt K/V modulation are per latent
-frame. diffusers feeds the prompt AdaLN one sigma per sample (it modulates the text keys/values, shared
-by all queries); a causal layout holds clean (sigma 0) and noisy frames in one call, and the committed
-clean history must be computed exactly as in the rollout's commit pass, so the text cross-attention is
-run once per group of frames sharing a sigma, each with its own modulated K/V (exact: cross-attention
-queries are independent). One deviation from the pipeline follows: the clean first-frame latent's
-prompt modulation uses its own sigma 0 instead of the sample's sigma.
+**Per-frame timesteps.** Cameras, AdaLN timesteps *and* the prompt K/V modulation are per latent frame, because a
+causal layout holds clean and noisy frames in one call and the committed history must match the rollout's commit
+pass: the text cross-attention runs once per group of frames sharing a sigma (exact: cross-attention queries are
+independent). The one deviation from the pipeline: the clean first latent's prompt modulation uses its own sigma 0.
 
-**Text.** Cached Gemma features ``[B, L, 4096]`` (the output of LTX-2.5's ``video_text_proj_in``) in the
-batch's ``text_embeds`` go through the frozen video connector (``LTX2ConnectorTransformer1d``: 8 blocks,
-128 learnable registers that replace padding) to the transformer's text cross-attention (LTX-2.3+ has no
-caption projection in the transformer: ``use_prompt_embeddings=False``). The embedded default hashes
-captions (``HashingTextEncoder``) at the connector's width (its input width equals its output width
-and the transformer's ``cross_attention_dim``). Without a cache, ``text_encoder="gemma"`` (the published
-preset) computes the same features from the checkpoint's Gemma and ``video_text_proj_in``
-(``GemmaFeatureEncoder``); a batch's ``text_embeds`` always take precedence.
+**Text.** Cached Gemma features ``[B, L, 4096]`` (the output of ``video_text_proj_in``) in ``text_embeds`` go through
+the frozen video connector (``LTX2ConnectorTransformer1d``) to the text cross-attention. The embedded default hashes
+captions (``HashingTextEncoder``) at the connector's width; ``text_encoder="gemma"`` (the published preset)
+computes the same features from the checkpoint's Gemma (``GemmaFeatureEncoder``); a batch's ``text_embeds`` always
+take precedence.
 
-**Camera.** ``PRoPELTXAttnProcessor`` on every video self-attention (``attn1``) does the class's own
-math (q/k/v, RMS q/k norm across heads, LTX's split or interleaved RoPE, the per-head output gate)
-with ``solarwm.kernels.prope.prope_attention`` in place of plain attention. With one camera for all
-frames it equals ``LTX2AudioVideoAttnProcessor`` (tested). Text cross-attention is untouched.
+**Camera.** ``PRoPELTXAttnProcessor`` on every video self-attention (``attn1``) does the class's own math with
+``solarwm.kernels.prope.prope_attention`` in place of plain attention; with one camera for all frames it equals
+``LTX2AudioVideoAttnProcessor`` (tested). Text cross-attention is untouched.
 
-**RoPE on read.** LTX's 3D RoPE works on fractional pixel-space coordinates: latent frame i covers
-pixel frames ``[8i - 7, 8i + 1)`` (the first latent ``[0, 1)``, the causal offset clamp), in seconds
-(``/ fps``) and relative to ``base_num_frames``; h/w likewise x32. ``ltx_rope_freqs`` builds the
-tables with the model's own ``rope.prepare_video_coords`` and ``rope(...)`` and keeps the frames at
-the given *latent positions*. The KV cache stores un-roped keys; every read ropes the window at
-window-local positions ``0..W-1``, shifted by one once the clip's first latent has left the window, so
-that window position 0 is never given the first-frame clamp it does not have: the clamp squeezes the
-first latent to one pixel frame, and a regular latent at window position 0 would sit 5 frames (not 8)
-before its successor. Within the window the rollout uses teacher forcing's positions exactly (tested);
-past it, as for every route, window-local positions equal training's only up to a shift, and RoPE
-followed by PRoPE is shift-invariant only for a static camera.
+**RoPE on read.** LTX's 3D RoPE works on fractional pixel-space coordinates (latent frame i covers pixel frames
+``[8i - 7, 8i + 1)``, the first latent ``[0, 1)``). The KV cache stores un-roped keys; every read ropes the window at
+window-local positions, shifted by one once the clip's first latent has left the window, so that only the first
+latent gets the one-frame clamp. Within the window the rollout uses teacher forcing's positions exactly (tested).
 
-**Causal mode: ``frames_per_block = 2`` latent frames (16 pixel frames), ``window_blocks = 6``.** No
-official value exists for LTX-2.5 (the official repository covers stage 1 only). The two official
-causal routes update every ~0.7 s (Wan2.2-5B: 3 latents x 4 = 12 frames at 16 fps = 0.75 s; MiniMax-H3:
-5 latents = 17 frames at 24 fps = 0.71 s) and see a ~4.3-4.5 s window (6 blocks). LTX compresses 8x in
-time, so one latent is 8 frames: 2 latents = 16 frames = 0.67 s at LTX's native 24 fps (1.0 s at the
-corpus' 16 fps) and the 6-block window is 12 latents = 4.0 s (6.0 s); 3 latents would stretch the
-window to 6 s (9 s) and update every 1-1.5 s, 1 latent would shrink it to 2 s (3 s). Per block, 2 latents
-at 704x1280 are 2 x 880 = 1,760 tokens (Wan2.2-5B: 3 x 405 = 1,215). A 121-frame 5 s clip at 24 fps
-(16 latents) splits into exactly 8 blocks; the recipes' 81-frame 5 s clips at 16 fps (11 latents) into
-5 blocks and a last one of 1, all inside one 12-latent window.
+**Causal mode: ``frames_per_block = 2`` latent frames (16 pixel frames), ``window_blocks = 6``.** No official value
+exists for LTX-2.5; these match the two official causal routes' cadence (an update every ~0.7 s, a ~4 s window).
+The arithmetic: docs/architecture.md, LTX-2.5.
 """
 
 from __future__ import annotations
