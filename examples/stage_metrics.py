@@ -68,7 +68,7 @@ def _trans_ratio(records: list[dict]) -> float:
 
 
 def targets(records: list[dict], num_worlds: int, seed: int = 0) -> dict[str, dict[str, float]]:
-    """The #14 targets with bootstrap 95% intervals: PSNR gaps over both baselines, translation error / floor."""
+    """The three-stage targets with bootstrap 95% intervals: PSNR gaps over both baselines, translation error / floor."""
     worlds = _by_world(records, num_worlds)
     stats = {"psnr_minus_static": lambda r: _psnr_gap(r, "psnr_static"),
              "psnr_minus_wrong_camera": lambda r: _psnr_gap(r, "psnr_wrong_camera"),

@@ -1,4 +1,4 @@
-"""``solarwm/WorldModel-v0``: a causal world model as a Gymnasium environment (issue #32 §4).
+"""``solarwm/WorldModel-v0``: a causal world model as a Gymnasium environment.
 
 One ``step(action)`` is one block of the rollout (``RolloutSession``): ``action`` is the camera twist
 ``[vx, vy, vz, wx, wy, wz]`` — m/s and degrees/s in the camera's OpenCV axes (x right, y down, z forward),

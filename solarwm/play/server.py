@@ -1,4 +1,4 @@
-"""``solarwm play``: a causal world model in the browser (issue #32 §3).
+"""``solarwm play``: a causal world model in the browser.
 
 FastAPI + uvicorn. ``GET /`` serves the one static page (``solarwm/play/static/index.html``, plain HTML +
 JavaScript); ``GET /config.json`` tells it the target fps, the block size and the key map's speeds; the

@@ -1,4 +1,4 @@
-"""A rollout as a stepwise session: feed the cameras of the next block, get its frames (issue #32).
+"""A rollout as a stepwise session: feed the cameras of the next block, get its frames.
 
 ``RolloutSession`` holds everything a causal rollout carries from block to block — the sliding-window
 KV cache, the anchor latent, the text features, the streaming decoder, the route's per-block condition
