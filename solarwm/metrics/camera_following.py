@@ -224,10 +224,8 @@ class CameraFollowing(Metric):
     (default ``p = s``: non-overlapping, so each frame interval counts once; ``p = 1``: a pair
     starting at every frame, as relative pose error is usually taken). Overlapping pairs share
     frames, but each is tracked and fitted on its own, so their mean averages out the estimator's
-    per-pair instability. On the 48 stage-3 test rollouts of the tiny chain, re-scored
-    after five one-grey-level dithers of 10% of the pixels, the translation ratio to its floor
-    varied with sd 0.16 at ``p = 4`` and 0.08 at ``p = 1`` (3.3x the pairs, the same mean:
-    docs/results/2026-12-three-stages-walking.md). ``compute()`` returns
+    per-pair instability (it halves the translation ratio's noise:
+    docs/results/2026-12-camera-metric-noise.md). ``compute()`` returns
 
     * ``rot_err_deg``, ``trans_dir_err_deg``: means over the pairs that have one (NaN if none),
       and their ``*_median`` (the errors are heavy-tailed);
