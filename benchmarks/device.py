@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from prope_attention import IMAGE_SIZE, random_cameras, time_ms
 from rollout import rss_mib, setup as rollout_setup
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
-from solarwm.kernels import prope_attention
+from solarwm.kernels.prope import prope_attention
 from solarwm.stages.bidirectional import BidirectionalModule
 from train_step import make_batch
 

@@ -14,7 +14,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from solarwm.kernels import cameras_per_token, prope_attention
+from solarwm.kernels.prope import cameras_per_token, prope_attention
 
 IMAGE_SIZE = (832, 480)
 

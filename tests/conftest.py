@@ -1,45 +1,29 @@
-"""Fixtures and per-route test configuration shared by the test files.
+"""Fixtures shared by every lane: a rendered corpus, a tiny recipe run and a tiny adapter, one place each.
 
-``ROUTE_TEST_CLIPS`` is a route's *test config*: the clip the contract suite (``tests/test_route_contract.py``)
-runs it on. A new route adds one entry here (the suite fails for a registered route without one).
+Helpers that are not fixtures live in ``tests/support/`` (on ``sys.path`` through pytest's ``pythonpath``):
+``routes`` (each route's test clip, the published recipes), ``runs`` (a shipped tiny recipe shrunk to a few
+steps), ``corpora`` (hand-made canonical clips), ``route_contract``, ``play_fixtures``, ``native_fixtures``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
-import torch
-import yaml
-
-from solarwm.backbones.export import ROUTES
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "recipes"
+# The repository root must not be importable as a path entry: its top-level `kernels/` folder (installed as
+# solarwm.kernels) would shadow Hugging Face's `kernels` package, which transformers imports. `python -m pytest`
+# and pytest-xdist's workers put the working directory first on sys.path; take it out before any test imports.
+sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != ROOT]
+if getattr(sys.modules.get("kernels"), "__file__", None) and Path(sys.modules["kernels"].__file__).parent == ROOT / "kernels":
+    del sys.modules["kernels"]
 
-#: Route -> the contract clip: ``num_frames`` on the route's frame rule giving at least two causal blocks,
-#: ``height`` x ``width`` pixels, ``batch`` samples (H3 folds a batch of 2 into one packed sequence).
-ROUTE_TEST_CLIPS: dict[str, dict[str, int]] = {
-    "wan22_ti2v_5b": {"num_frames": 4 * 5 + 1, "height": 32, "width": 32, "batch": 1},  # 6 latents = 2 blocks
-    "wan22_i2v_14b": {"num_frames": 4 * 5 + 1, "height": 32, "width": 32, "batch": 1},  # 6 latents = 2 blocks
-    "ltx25": {"num_frames": 8 * 5 + 1, "height": 32, "width": 32, "batch": 1},  # 6 latents = 3 blocks
-    "minimax_h3": {"num_frames": 17 + 5, "height": 16, "width": 16, "batch": 2},  # 7 latents = blocks of 5 and 2
-}
-
-
-def published_recipes() -> dict[str, str]:
-    """Published recipe prefix (``recipes/<prefix>_{bid,tf,dmd}.yaml``) -> route, read from the route file each
-    stage-1 entry composes (``compose: [..., routes/<route>.yaml]``), so the list follows the recipes. The
-    embedded default (``tiny_*``, which composes ``tiny.yaml``) is not a published recipe."""
-    found = {}
-    for path in sorted(RECIPES.glob("*_bid.yaml")):
-        parts = yaml.safe_load(path.read_text()).get("compose") or []
-        if "tiny.yaml" in parts:
-            continue
-        routes = [Path(p).stem for p in parts if Path(p).parent.name == "routes" and Path(p).stem in ROUTES]
-        if routes:
-            found[path.name[: -len("_bid.yaml")]] = routes[0]
-    return found
+from routes import ROUTES  # noqa: E402  (after the path is fixed)
 
 
 @pytest.fixture(params=sorted(ROUTES))
@@ -48,13 +32,57 @@ def route(request) -> str:
     return request.param
 
 
-def tiny_adapter(route: str, perturbed: bool = True) -> torch.nn.Module:
-    """The route's tiny preset, seeded, with its weights moved off their init (``route_contract.perturb``)."""
-    import route_contract as contract
-    from solarwm.backbones.base import route_class
+@pytest.fixture(scope="session")
+def render_corpus(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``render_corpus(clips=3, frames=9, width=48, height=32, fps=8.0, seed=0, **synth)``: a corpus of rendered
+    worlds (``solarwm data synth``), rendered once per session for each distinct setting. Read it, never write it:
+    copy it (``copy_corpus``) for a test that changes it."""
+    from solarwm.data.sources.synthetic import synth_corpus
 
-    torch.manual_seed(0)
-    adapter = route_class(route)(preset="tiny")
-    if perturbed:
-        contract.perturb(adapter)
-    return adapter
+    made: dict[tuple, Path] = {}
+
+    def render(clips: int = 3, frames: int = 9, width: int = 48, height: int = 32, fps: float = 8.0, seed: int = 0,
+               **synth) -> Path:
+        key = (clips, frames, width, height, fps, seed, tuple(sorted(synth.items())))
+        if key not in made:
+            out = tmp_path_factory.mktemp("rendered") / "corpus"
+            synth_corpus(out, clips=clips, frames=frames, width=width, height=height, fps=fps, seed=seed, **synth)
+            made[key] = out
+        return made[key]
+
+    return render
+
+
+@pytest.fixture
+def copy_corpus(tmp_path: Path) -> Callable[[Path], Path]:
+    """``copy_corpus(src)``: a private copy of a corpus under this test's ``tmp_path``, for a test that writes."""
+
+    def copy(src: Path) -> Path:
+        dst = tmp_path / "corpus"
+        shutil.copytree(src, dst)
+        return dst
+
+    return copy
+
+
+@pytest.fixture
+def tiny_recipe(tmp_path: Path) -> Callable[..., Path]:
+    """``tiny_recipe(recipe="tiny_bid.yaml", corpus=None, **adapter_init)``: a shipped tiny recipe, 2 steps on 3
+    rendered 9-frame clips, writing under this test's ``tmp_path`` (``runs.tiny_recipe``)."""
+    from runs import tiny_recipe as make
+
+    def build(recipe: str = "tiny_bid.yaml", corpus: Path | None = None, root: Path | None = None, **adapter_init) -> Path:
+        return make(root or tmp_path / Path(recipe).stem, recipe, corpus, **adapter_init)
+
+    return build
+
+
+@pytest.fixture
+def tiny_adapter() -> Callable[..., object]:
+    """``tiny_adapter(route="wan22_ti2v_5b", perturbed=True)``: the route's tiny preset, seeded (``routes.tiny_adapter``)."""
+    from routes import tiny_adapter as make
+
+    def build(route: str = "wan22_ti2v_5b", perturbed: bool = True) -> object:
+        return make(route, perturbed)
+
+    return build

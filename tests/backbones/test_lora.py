@@ -180,7 +180,7 @@ def test_recipe_with_lora_parses(tmp_path):
     from solarwm.train_cli import parse_recipe
 
     # An overlay composing the shipped recipe, as a user's own recipe would.
-    recipe = {"compose": [str(Path(__file__).parents[1] / "recipes" / "tiny_bid.yaml")], "root": str(tmp_path),
+    recipe = {"compose": [str(Path(__file__).parents[2] / "recipes" / "tiny_bid.yaml")], "root": str(tmp_path),
               "model": {"init_args": {"adapter": {"init_args": {"lora": dict(LORA)}}}}}
     path = tmp_path / "tiny_bid_lora.yaml"
     path.write_text(yaml.safe_dump(recipe))
@@ -203,7 +203,7 @@ def test_fit_stage1_and_stage2_with_lora_through_the_cli(tmp_path):
     """`solarwm fit` of 2 steps of stage 1 and stage 2 with `lora:`: EMA, export and init_from see only the LoRA."""
     from solarwm.stages.checkpoints import ema_shadow, read_checkpoint
     from solarwm.train_cli import main
-    from test_train_cli_fit import _tiny_recipe
+    from runs import tiny_recipe as _tiny_recipe
 
     bid = _tiny_recipe(tmp_path / "bid", lora=dict(LORA))
     assert main(["fit", "--config", str(bid)]) == 0

@@ -31,7 +31,7 @@ def adapter(**changes) -> LTX25Adapter:
 
 
 def test_geometry_8n_plus_1_and_causal_layout():
-    """LTX's own numbers (the generic checks: tests/test_route_contract.py)."""
+    """LTX's own numbers (the generic checks: tests/backbones/test_route_contract.py)."""
     a = adapter()
     assert route_class("ltx25") is LTX25Adapter
     assert (a.temporal_compression, a.frames_per_block, a.window_blocks, a.clean_latent_frames) == (8, 2, 6, 1)

@@ -1,4 +1,4 @@
-"""What only the tiny MiniMax-H3 route has (the contract suite: tests/test_route_contract.py):
+"""What only the tiny MiniMax-H3 route has (the contract suite: tests/backbones/test_route_contract.py):
 17n+5 geometry, the packed prefix, PRoPE on [96:128) vs the native processor, the data-ward time convention,
 batch folding, the flow map and the published 33 B count."""
 
@@ -248,7 +248,7 @@ def test_h3_recipes_match_the_route():
     from solarwm.backbones.minimax_h3 import H3_LORA_TARGETS
     from solarwm.train_cli import parse_recipe
 
-    recipes = Path(__file__).resolve().parents[1] / "recipes"
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
     for stage in ("bid", "tf", "dmd"):
         cfg = parse_recipe(str(recipes / f"minimax_h3_{stage}.yaml"))
         adapter_cfg = cfg.model.init_args.adapter

@@ -1,4 +1,4 @@
-"""What only the tiny Wan2.2-TI2V-5B route checks (the contract suite: tests/test_route_contract.py)."""
+"""What only the tiny Wan2.2-TI2V-5B route checks (the contract suite: tests/backbones/test_route_contract.py)."""
 
 from __future__ import annotations
 

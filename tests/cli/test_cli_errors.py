@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+from commands import solarwm_argv
 
 import solarwm.camera.cli
 from solarwm.cli import is_expected_error, main
@@ -30,7 +30,7 @@ def test_missing_corpus_is_one_line(tmp_path, capsys):
 
 def test_predict_with_missing_trajectory_is_one_line_and_writes_nothing(tmp_path):
     # The real entry point in a fresh interpreter: exactly what a user's terminal shows.
-    cmd = [sys.executable, "-m", "solarwm.cli", "predict", "--adapter", "/nonexistent", "--first_frame", "x.png",
+    cmd = [*solarwm_argv(), "predict", "--adapter", "/nonexistent", "--first_frame", "x.png",
            "--trajectory", "missing.json", "--output", "o.mp4"]
     result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
@@ -40,7 +40,7 @@ def test_predict_with_missing_trajectory_is_one_line_and_writes_nothing(tmp_path
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    cmd = [sys.executable, "-m", "solarwm.cli", "data", "inspect", str(tmp_path / "missing"), "--debug"]
+    cmd = [*solarwm_argv(), "data", "inspect", str(tmp_path / "missing"), "--debug"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert "Traceback (most recent call last)" in result.stderr
@@ -93,6 +93,7 @@ def test_bugs_keep_their_traceback(monkeypatch):
 
 def test_expected_error_classes():
     from solarwm.backbones.base import AdapterError
+
     from solarwm.data.contract import ClipError
     from solarwm.data.video import VideoError
 

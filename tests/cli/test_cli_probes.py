@@ -23,9 +23,8 @@ from PIL import Image
 from solarwm.camera.trajectory import compose_segments, forward, save_trajectory
 from solarwm.cli import main
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta
-from solarwm.data.sources.synthetic import synth_corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-probe-secret-9f8e7d6c5b4a"
 
 
@@ -39,16 +38,13 @@ def one_error_line(err: str, command: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def corpus_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("probes") / "corpus"
-    synth_corpus(out, clips=3, frames=9, width=32, height=32, fps=8.0, seed=2)
-    return out
+def corpus_src(render_corpus) -> Path:
+    return render_corpus(clips=3, frames=9, width=32, height=32, fps=8.0, seed=2)
 
 
 @pytest.fixture
-def corpus(corpus_src: Path, tmp_path: Path) -> Path:
-    shutil.copytree(corpus_src, tmp_path / "corpus")
-    return tmp_path / "corpus"
+def corpus(corpus_src: Path, copy_corpus) -> Path:
+    return copy_corpus(corpus_src)
 
 
 # --- Security: the VLM key and URL credentials never reach meta.json or the summary -------------------------------
@@ -415,7 +411,7 @@ class _CurrentStderr:
 @pytest.fixture
 def recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Path:
     import lightning.pytorch  # noqa: F401  (its log handlers exist from here on)
-    from test_train_cli_fit import _tiny_recipe
+    from runs import tiny_recipe as _tiny_recipe
 
     # Lightning's log handlers keep the stderr of the test that first imported it; make them write to the current one.
     for name in [n for n in logging.Logger.manager.loggerDict if n.split(".")[0] == "lightning"]:

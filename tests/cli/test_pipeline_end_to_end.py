@@ -14,7 +14,7 @@ from solarwm.cli import main
 from solarwm.data.accounting import account
 from solarwm.data.index import read_index
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def _json(capsys) -> dict:

@@ -1,8 +1,8 @@
 """Every shipped recipe parses, composes from one route file and one stage file, moves whole with ``--root``, and
-resolves to the frozen config in tests/data/resolved_recipes.json (the refactor of #30 changed no number).
+resolves to the frozen config in tests/fixtures/resolved_recipes.json (the refactor of #30 changed no number).
 
 After an intended change of a recipe value, refreeze and review the diff of the JSON:
-    python tests/test_recipes_compose.py --freeze
+    python tests/cli/test_recipes_compose.py --freeze
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import yaml
 
 from solarwm.train_cli import RecipeError, expand_configs, parse_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
-FROZEN = Path(__file__).parent / "data" / "resolved_recipes.json"
+FROZEN = Path(__file__).parents[1] / "fixtures" / "resolved_recipes.json"
 #: The entry points' short names (file names only; recipes/README.md) -> the code's route and stage names.
 ROUTE_ALIASES = {"wan22_5b": "wan22_ti2v_5b", "wan22_14b": "wan22_i2v_14b", "ltx25": "ltx25", "minimax_h3": "minimax_h3",
                  "tiny": "wan22_ti2v_5b"}
@@ -56,7 +56,7 @@ def _in_repo(monkeypatch) -> None:
 def test_recipe_resolves_to_the_frozen_config(name: str) -> None:
     """Each shipped recipe parses as is and resolves to exactly the frozen config (every number, every path)."""
     frozen = json.loads(FROZEN.read_text())
-    assert name in frozen, f"{name} is not frozen: python tests/test_recipes_compose.py --freeze"
+    assert name in frozen, f"{name} is not frozen: python tests/cli/test_recipes_compose.py --freeze"
     assert resolved(name) == frozen[name]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, published_recipes
+from routes import RECIPES, published_recipes
 from solarwm.backbones.base import read_adapter_json
 from solarwm.train_cli import main
 

@@ -12,9 +12,9 @@ import yaml
 
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 from solarwm.stages.bidirectional import BidirectionalModule
-from solarwm.train_cli import main, parse_recipe
+from solarwm.train_cli import parse_recipe
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from solarwm.data.sources.synthetic import synth_corpus
 from solarwm.datamodules import WorldDataModule
 from solarwm.train_cli import parse_recipe
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def test_tiny_recipe_loss_goes_down(tmp_path) -> None:

@@ -18,7 +18,6 @@ from solarwm.data.annotate.stages import (STAGES, AnnotateConfig, ClipContext, O
 from solarwm.data.contract import iter_clip_dirs, read_meta
 from solarwm.data.kinds import NUMBER
 from solarwm.data.policy import COLUMNS, PolicyError, load_policy
-from solarwm.data.sources.synthetic import synth_corpus
 
 KEY = "metrics.test_brightness"
 
@@ -48,10 +47,8 @@ def brightness() -> Iterator[Stage]:
 
 
 @pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    out = tmp_path / "corpus"
-    synth_corpus(out, clips=2, frames=9, width=48, height=32, fps=8.0, seed=4)
-    return out
+def corpus(render_corpus, copy_corpus) -> Path:
+    return copy_corpus(render_corpus(clips=2, frames=9, width=48, height=32, fps=8.0, seed=4))
 
 
 def annotate_help(capsys: pytest.CaptureFixture) -> str:

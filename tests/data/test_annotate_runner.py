@@ -10,25 +10,18 @@ import pytest
 from solarwm.data.annotate.runner import annotate_command, annotate_clip, run_annotate
 from solarwm.data.annotate.stages import AnnotateConfig
 from solarwm.data.contract import iter_clip_dirs, read_meta, update_meta
-from solarwm.data.sources.synthetic import synth_corpus
 
 FAST = ["camera", "saturation", "vmaf", "cuts"]
 
 
 @pytest.fixture(scope="module")
-def corpus_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("synth") / "corpus"
-    synth_corpus(out, clips=6, frames=17, width=48, height=32, fps=8.0, seed=3, bad_fraction=0.5)
-    return out
+def corpus_src(render_corpus) -> Path:
+    return render_corpus(clips=6, frames=17, width=48, height=32, fps=8.0, seed=3, bad_fraction=0.5)
 
 
 @pytest.fixture
-def corpus(corpus_src: Path, tmp_path: Path) -> Path:
-    import shutil
-
-    dst = tmp_path / "corpus"
-    shutil.copytree(corpus_src, dst)
-    return dst
+def corpus(corpus_src: Path, copy_corpus) -> Path:
+    return copy_corpus(corpus_src)
 
 
 def snapshot(corpus: Path) -> dict[str, bytes]:

@@ -16,7 +16,6 @@ from solarwm.data.annotate import vlm
 from solarwm.data.annotate.runner import annotate_clip
 from solarwm.data.annotate.stages import AnnotateConfig
 from solarwm.data.contract import iter_clip_dirs, read_meta
-from solarwm.data.sources.synthetic import synth_corpus
 
 API_KEY = "sk-test-secret-0123456789"
 CAPTION = " ".join(["A quiet courtyard of pale stone walls, low hedges and a shallow pool under soft overcast light."] * 5)
@@ -79,10 +78,8 @@ class FakeChat:
 
 
 @pytest.fixture(scope="module")
-def corpus_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("vlm") / "corpus"
-    synth_corpus(out, clips=1, frames=17, width=48, height=32, fps=8.0, seed=5)  # 2.125 s -> 3 frames at 1 fps
-    return out
+def corpus_src(render_corpus) -> Path:
+    return render_corpus(clips=1, frames=17, width=48, height=32, fps=8.0, seed=5)  # 2.125 s -> 3 frames at 1 fps
 
 
 @pytest.fixture

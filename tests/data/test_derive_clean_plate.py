@@ -10,15 +10,28 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
+from commands import solarwm_argv
 
 from solarwm.camera.intrinsics import resize_intrinsics
-from solarwm.data.annotate.runner import annotate_command
 from solarwm.data.accounting import account
-from solarwm.data.contract import Clip, clip_id, iter_clip_dirs, read_clip, read_meta, write_clip
-from solarwm.data.derive import CLEAN_OF, derive_corpus, model_frames, resize_frames, slice_plan
+from solarwm.data.annotate.runner import annotate_command
+from solarwm.data.contract import (
+    Clip,
+    clip_id,
+    iter_clip_dirs,
+    read_clip,
+    read_meta,
+    write_clip,
+)
+from solarwm.data.derive import (
+    CLEAN_OF,
+    derive_corpus,
+    model_frames,
+    resize_frames,
+    slice_plan,
+)
 
 
 def parent(corpus, owner, name, n, units="metric", size=(64, 36)):
@@ -102,7 +115,7 @@ def test_lineage_accounting_and_resume(tmp_path, capsys):
 
 
 def test_cli_without_weights_exits_2_with_one_line(tmp_path):
-    cmd = [sys.executable, "-m", "solarwm.cli", "data", "derive", "--corpus", str(tmp_path), "--out", str(tmp_path / "o")]
+    cmd = [*solarwm_argv(), "data", "derive", "--corpus", str(tmp_path), "--out", str(tmp_path / "o")]
     r = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": "", "HOME": str(tmp_path)})
     assert r.returncode == 2 and "clean_plate_unavailable" in r.stderr
     r = subprocess.run(cmd + ["--weights", str(tmp_path)], capture_output=True, text=True)
@@ -123,15 +136,24 @@ def tiny_ltx23_folder(root):
     built offline from a character vocabulary.
     """
     import torch
-    from diffusers import (AutoencoderKLLTX2Audio, AutoencoderKLLTX2Video, FlowMatchEulerDiscreteScheduler,
-                           LTX2InContextPipeline, LTX2VideoTransformer3DModel)
+    from diffusers import (
+        AutoencoderKLLTX2Audio,
+        AutoencoderKLLTX2Video,
+        FlowMatchEulerDiscreteScheduler,
+        LTX2InContextPipeline,
+        LTX2VideoTransformer3DModel,
+    )
     from diffusers.pipelines.ltx2 import LTX2TextConnectors
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
     from safetensors.torch import save_file
-    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, GemmaTokenizer,
-                              SiglipVisionConfig)
-
     from solarwm.backbones.ltx25 import TINY_LTX_VAE_CONFIG, LTX25Config
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        GemmaTokenizer,
+        SiglipVisionConfig,
+    )
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "\u2581"]
     tokenizer = GemmaTokenizer(vocab={t: i for i, t in enumerate(specials + list("abcdefghijklmnopqrstuvwxyz"))},

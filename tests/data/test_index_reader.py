@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_release_pack import make_corpus
+from corpora import make_corpus
 
 from solarwm.data.contract import read_clip
 from solarwm.data.index import (

@@ -30,7 +30,7 @@ from solarwm.data.sources.render import depth_views
 from solarwm.data.sources.synthetic import make_scene, synth_corpus
 from solarwm.data.video import read_video
 
-POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
+POLICY = load_policy(Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml")
 W, H, FPS, N = 160, 120, 16.0, 81
 
 

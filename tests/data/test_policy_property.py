@@ -15,7 +15,7 @@ from solarwm.data.policy.spec import BOOL, NUMBER, TEXT
 from solarwm.data.policy.table import records_to_table
 from test_policy_table3 import GOOD  # one fixture row that passes every owner's policy
 
-POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
+POLICY = load_policy(Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml")
 FLAGS = ["text_heavy", "watermark", "ui_overlay", "blurry", "near_static", "low_light", "nsfw", "single_color"]
 ABSENT = object()
 BOUNDS = [0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 1, 2, 3, 4, 5, 25, 81, 100, 120, 125, 180, 200, 250, 350, 720, 1280]

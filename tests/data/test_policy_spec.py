@@ -18,7 +18,7 @@ from solarwm.data.policy import PolicyError, evaluate, load_policy, parse_policy
 from solarwm.data.policy.cli import select_command
 from solarwm.data.policy.table import flatten_meta, records_to_table
 
-SHIPPED = Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml"
+SHIPPED = Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml"
 BASE = {
     "policy": "test", "version": "1",
     "owners": {"mind": {"kept": [{"range": {"column": "metrics.vlm_quality", "min": 4}}],

@@ -17,7 +17,7 @@ from solarwm.data.policy import COLUMNS, evaluate, load_policy
 from solarwm.data.policy.engine import format_number
 from solarwm.data.policy.table import RELATIVE_SCALE, records_to_table
 
-POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
+POLICY = load_policy(Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml")
 D = ("metrics.dover_tech", "metrics.dover_aes")
 D_LABEL = "mean(metrics.dover_tech, metrics.dover_aes)"
 

@@ -22,7 +22,7 @@ from solarwm.data.policy import evaluate, load_policy
 from solarwm.data.policy.cli import select_command
 from solarwm.data.policy.table import RELATIVE_SCALE, records_to_table
 
-POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
+POLICY = load_policy(Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml")
 FLAGS = ("blurry", "ui_overlay", "watermark", "near_static", "text_heavy")
 
 # Table 3's notation -> columns (paper §5.5): N, Q, R, T, E, D = mean DOVER, V, U, S, J, A, G, lineage,

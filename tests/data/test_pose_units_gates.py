@@ -14,7 +14,7 @@ from solarwm.data.contract import Clip, ClipError, clip_id, read_meta, write_cli
 from solarwm.data.policy import evaluate, load_policy
 from solarwm.data.policy.table import flatten_meta, records_to_table
 
-POLICY = load_policy(Path(__file__).resolve().parents[1] / "recipes/policies/solarwm-v1.yaml")
+POLICY = load_policy(Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml")
 
 
 def test_integrity_leaves_out_scale_for_relative_poses():

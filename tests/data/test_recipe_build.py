@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_release_pack import make_corpus
+from corpora import make_corpus
 
 from solarwm.data.index import read_index
 from solarwm.data.policy.spec import OWNERS
@@ -23,7 +23,7 @@ from solarwm.data.recipe import (
 )
 from solarwm.data.release import pack_command
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "data"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "data"
 
 
 def _rows(owners: dict[str, int], frames=lambda i: 40 + 7 * i) -> list[dict]:

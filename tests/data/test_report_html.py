@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-from test_release_pack import make_corpus
+from corpora import make_corpus
 
 from solarwm.data.release import pack_command
 from solarwm.data.report import report_command
 
-POLICY = Path(__file__).resolve().parents[1] / "recipes" / "policies" / "solarwm-v1.yaml"
+POLICY = Path(__file__).resolve().parents[2] / "recipes" / "policies" / "solarwm-v1.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

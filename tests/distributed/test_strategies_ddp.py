@@ -16,26 +16,23 @@ from __future__ import annotations
 import csv
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from commands import solarwm_argv
 
-from solarwm.data.sources.synthetic import synth_corpus
 from solarwm.train_cli import main
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 GLOBAL_BATCH = 4
 STEPS = 4
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
+def corpus(render_corpus) -> Path:
     """9 rendered clips: 1 held out, 8 for training (two full global batches per epoch, no rank padding)."""
-    root = tmp_path_factory.mktemp("ddp") / "corpus"
-    synth_corpus(str(root), clips=9, frames=9, width=48, height=32, fps=8.0, seed=0)
-    return root
+    return render_corpus(clips=9, frames=9, width=48, height=32, fps=8.0, seed=0)
 
 
 def _overlay(root: Path, corpus: Path, devices: int, model: dict | None = None, strategy: str = "ddp",
@@ -74,7 +71,7 @@ def _fit_both(tmp_path: Path, corpus: Path, recipe: str, key: str, **overlay) ->
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
-        [sys.executable, "-m", "solarwm.cli", "fit", "--config", str(RECIPES / recipe),
+        [*solarwm_argv(), "fit", "--config", str(RECIPES / recipe),
          "--config", str(_overlay(two, corpus, 2, **overlay))],
         capture_output=True, text=True, timeout=600, env=env,
     )
@@ -89,6 +86,8 @@ def _assert_same(single: dict, ddp: dict, steps: range) -> None:
         assert ddp[step] == pytest.approx(single[step], rel=1e-4, abs=1e-6), (step, single, ddp)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_stage1_bidirectional_ddp_equals_one_process(tmp_path, corpus) -> None:
     single, ddp = _fit_both(tmp_path, corpus, "tiny_bid.yaml", "train/loss")
     _assert_same(single, ddp, range(STEPS))
@@ -96,6 +95,8 @@ def test_stage1_bidirectional_ddp_equals_one_process(tmp_path, corpus) -> None:
     assert len({round(v, 4) for v in single.values()}) == STEPS
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_stage2_tf_anyflow_ddp_equals_one_process(tmp_path, corpus) -> None:
     """Stage 2 from a fresh model (``init_from: null``): kinds, times and noise per sample, the rescale reference global."""
     # The reference's pair mix (the tiny recipe trains r = t only), so kinds and the rescale are exercised.
@@ -107,6 +108,8 @@ def test_stage2_tf_anyflow_ddp_equals_one_process(tmp_path, corpus) -> None:
     _assert_same(flow_single, flow_ddp, range(STEPS))
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
 def test_stage3_dmd_ddp_equals_one_process(tmp_path, corpus) -> None:
     """Stage 3 (manual optimisation, two optimisers): critic every step, student on step 2; both losses match.
 

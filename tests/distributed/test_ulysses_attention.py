@@ -133,3 +133,32 @@ def _processor_worker(rank: int, world: int, route: str) -> None:
 @pytest.mark.parametrize("route", ["wan22_ti2v_5b", "wan22_i2v_14b", "minimax_h3"])
 def test_route_processor_under_ulysses_equals_one_process(route: str) -> None:
     spawn(_processor_worker, 2, route)
+
+
+def _model_worker(rank: int, world: int, route: str) -> None:
+    from route_inputs import teacher_forcing_call, tiny_route
+
+    from solarwm.backbones.sequence_parallel import enable_sequence_parallel
+
+    adapter = tiny_route(route).double()
+    ref = teacher_forcing_call(adapter)
+    params = [p for p in adapter.transformer.parameters()]
+    ref_grads = torch.autograd.grad(ref.square().sum(), params, allow_unused=True)  # H3: the audio head is unused
+    enable_sequence_parallel(adapter, SequenceParallel())
+    out = teacher_forcing_call(adapter)
+    torch.testing.assert_close(out, ref, **TOL)  # gathered: the full prediction on every rank
+    grads = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
+    for got, want in zip(grads, ref_grads):
+        assert (got is None) == (want is None)
+        if got is None:
+            continue
+        got = got.contiguous().clone()
+        dist.all_reduce(got)
+        torch.testing.assert_close(got / world, want, **TOL)  # the group's mean is the one-process gradient
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", ["wan22_ti2v_5b", "minimax_h3"])
+def test_sharded_transformer_equals_one_process(route: str) -> None:
+    """The whole teacher-forcing call with its tokens split over 2 ranks: same prediction, same mean gradient."""
+    spawn(_model_worker, 2, route)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from solarwm.kernels import AttentionBackendError, attention, available_backends, select_backend
+from solarwm.kernels.attention import AttentionBackendError, attention, available_backends, select_backend
 from solarwm.kernels.masks import block_causal_block_mask, block_causal_mask
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solarwm.kernels import attention
+from solarwm.kernels.attention import attention
 from solarwm.kernels.masks import (
     block_causal_block_mask,
     block_causal_mask,

@@ -120,7 +120,7 @@ def test_fresh_interpreters_with_1_and_2_omp_threads_score_the_same():
 def test_fresh_interpreters_on_another_cpus_kernels_score_the_same():
     """As on an older CPU: numpy's and OpenCV's SIMD dispatch turned off, OpenBLAS's oldest x86 kernel.
 
-    The rendered videos are bitwise the same (tests/test_synthetic_render.py), the pair counts are identical, and
+    The rendered videos are bitwise the same (tests/data/test_synthetic_render.py), the pair counts are identical, and
     every figure agrees to 1e-9 (measured 3e-11: vector kernels sum in another order, which moves the last digits).
     """
     from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__

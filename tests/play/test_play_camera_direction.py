@@ -16,7 +16,7 @@ import pytest
 
 from play_fixtures import PlayServer
 
-SHIPPED = Path(__file__).resolve().parents[1] / "recipes" / "weights" / "tiny_causal"
+SHIPPED = Path(__file__).resolve().parents[2] / "recipes" / "weights" / "tiny_causal"
 websockets = pytest.importorskip("websockets")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from solarwm.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_missing_or_bidirectional_adapter_is_one_line(tmp_path, capsys):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "device.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device.py"
 
 
 def test_device_benchmark_dry_run_prints_finite_positive_figures() -> None:

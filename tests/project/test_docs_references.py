@@ -10,7 +10,7 @@ import pytest
 
 from solarwm.cli import GROUPS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # Paths in backticks that start with one of the repository's top-level folders; placeholders (<name>, X, *,
 # {a,b}) are patterns, not paths.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Source folder of each installed package (pyproject's ``package-dir``).
 PACKAGE_DIRS = {"solarwm": "solarwm", "solarwm.backbones": "backbones", "solarwm.datamodules": "datamodules",
                 "solarwm.callbacks": "callbacks", "solarwm.kernels": "kernels"}
@@ -28,7 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("callbacks",),  # what watches stages
     ("lightning_cli",),  # the recipe parser: LightningCLI with composition and interpolation
     ("loading",),  # a model, a first frame and a solver for inference (export, recipe + checkpoint)
-    ("train_cli", "play", "envs"),  # peers on the loaders: fit/test/predict, the browser world, the Gym environment
+    ("train_cli", "play", "envs", "convert"),  # peers on the loaders: fit/test/predict, the browser world, the Gym
+    # environment, the import of official checkpoints
     ("cli",),  # the console entry point
 ]
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
@@ -123,7 +124,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_every_unit_has_a_layer():
     units = {unit_of(m) for m in MODULES} - {""}
-    assert not units - set(RANK), f"give these units a layer in tests/test_layers.py LAYERS: {sorted(units - set(RANK))}"
+    assert not units - set(RANK), f"give these units a layer in tests/project/test_layers.py LAYERS: {sorted(units - set(RANK))}"
 
 
 def test_every_layer_names_a_unit_that_exists():

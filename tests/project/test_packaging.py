@@ -29,7 +29,7 @@ def test_diffusers_models_import_with_the_repository_root_on_sys_path() -> None:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = "import diffusers.models.autoencoders.autoencoder_kl_wan, transformers.integrations.hub_kernels"
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import lightning.pytorch as pl
-import numpy as np
 import pytest
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger

@@ -10,7 +10,7 @@ import yaml
 
 from solarwm.backbones.base import load_adapter, read_adapter_json
 from solarwm.train_cli import main
-from test_train_cli_fit import _tiny_recipe
+from runs import tiny_recipe as _tiny_recipe
 
 
 def _h3(path: Path, **init_args) -> Path:

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from commands import solarwm_argv
+
 #: The predict run the session must reproduce bit for bit (recorded before the session refactor).
-REFERENCE = Path(__file__).parent / "data" / "session_reference.npz"
+REFERENCE = Path(__file__).parents[1] / "fixtures" / "session_reference.npz"
 REFERENCE_SEED = 3
 REFERENCE_CAPTION = "a hallway"
 
@@ -15,7 +17,6 @@ REFERENCE_CAPTION = "a hallway"
 def tiny_causal_adapter(directory: Path, seed: int = 0) -> Path:
     """Export a tiny random-weight ``wan22_ti2v_5b`` adapter tagged as a causal (``dmd``) model into ``directory``."""
     import torch
-
     from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 
     torch.manual_seed(seed)
@@ -55,7 +56,6 @@ class PlayServer:
     def __init__(self, args: list[str], startup_s: float = 300.0) -> None:
         import os
         import subprocess
-        import sys
         import time
         import urllib.request
 
@@ -63,7 +63,7 @@ class PlayServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"solarwm-play-{self.port}.log", "w+")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "solarwm.cli", "play", "--port", str(self.port), *args],
+            [*solarwm_argv(), "play", "--port", str(self.port), *args],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + startup_s
