@@ -1,6 +1,6 @@
 """A PNG strip of what a causal export generates under commanded walks, next to the rendered truth.
 
-    python examples/walk_strip.py ADAPTER_DIR OUT.png [--steps 2] [--seed 0]
+    python experiments/walk_strip.py ADAPTER_DIR OUT.png [--steps 2] [--seed 0]
 
 For each move (a forward walk, a strafe to the right, a turn), a fresh world of an unseen seed is rendered along
 the commanded path (the truth), and `solarwm predict` generates it from the truth's first frame under that path

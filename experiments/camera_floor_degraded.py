@@ -7,7 +7,7 @@ first frame to sigma at the last, as a rollout loses detail), next to the PSNR t
 a camera error can be read against the image quality it was measured at. The cameras are the clips'
 own, so every error here is the estimator's, none is the motion's.
 
-    python examples/camera_floor_degraded.py [OUT]     (OUT of examples/three_stages.sh; default outputs/three_stages)
+    python experiments/camera_floor_degraded.py [OUT]     (OUT of examples/three_stages.sh; default outputs/three_stages)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A PNG of what a stage-1 export generates on held-out clips, next to the truth and a wrong camera.
 
-    python examples/sample_grid.py ADAPTER_DIR CORPUS OUT.png [CLIPS] [STEPS]
+    python experiments/sample_grid.py ADAPTER_DIR CORPUS OUT.png [CLIPS] [STEPS]
 
 Per clip, three rows of frames 0, 2, .., 16 (32x32 windows, the datamodule's validation split):
 the ground truth, the video generated from its first frame and cameras, and the one generated

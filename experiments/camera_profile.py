@@ -1,6 +1,6 @@
 """Where a stage's camera error comes from: rotation gain per frame step, and the token grid in its frames.
 
-    python examples/camera_profile.py [OUT] [STAGE ...]     (OUT of examples/three_stages.sh; stages: stage1 stage2 stage3)
+    python experiments/camera_profile.py [OUT] [STAGE ...]     (OUT of examples/three_stages.sh; stages: stage1 stage2 stage3)
 
 Each stage's export generates the held-out test clips as `solarwm test` does (same first frames, cameras
 and noise seeds). The project's camera estimator then measures, for frame steps of 4 (the pairs
