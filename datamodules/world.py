@@ -61,6 +61,9 @@ class WorldDataModule(pl.LightningDataModule):
     ``test_draws``: how many times `solarwm test` generates each held-out clip, from other noise each time;
     the test metrics pool over the draws (``test_dataloader``). ``test_seed``: the seed of that noise (test
     batch i draws from ``test_seed + i``; None: the stage's default, ``StageModule.test_seed``).
+    ``test_multiview_dir`` [+ ``test_multiview``, views >= 2]: worlds each filmed by several cameras from one start
+    pose; `solarwm test` then also generates every view from the shared first frame and reports how often the video
+    is closest to its own camera's truth (``test/camera_top1``, second test loader, one world per batch).
     """
 
     def __init__(
@@ -85,6 +88,8 @@ class WorldDataModule(pl.LightningDataModule):
         test_seed: int | None = None,
         test_corpus_dir: str | None = None,
         test_synth: SynthCorpus | None = None,
+        test_multiview_dir: str | None = None,
+        test_multiview: SynthCorpus | None = None,
     ) -> None:
         super().__init__()
         if sum(x is not None for x in (corpus_dir, train_index, latent_view)) != 1:
@@ -109,6 +114,12 @@ class WorldDataModule(pl.LightningDataModule):
         if test_corpus_dir is not None and corpus_dir is None:
             raise ValueError("WorldDataModule: test_corpus_dir is for corpus mode; recipe and view modes take test_index")
         self.test_corpus_dir, self.test_synth = test_corpus_dir, test_synth
+        if test_multiview is not None and test_multiview_dir is None:
+            raise ValueError("WorldDataModule: test_multiview needs test_multiview_dir (where to render the worlds)")
+        if test_multiview_dir is not None and (corpus_dir is None or test_multiview is None or test_multiview.views < 2):
+            raise ValueError("WorldDataModule: test_multiview_dir needs corpus mode and a test_multiview with views >= 2")
+        self.test_multiview_dir, self.test_multiview = test_multiview_dir, test_multiview
+        self.multiview_dataset: ClipWindowDataset | None = None
         self.test_dataset: ClipWindowDataset | None = None
         self.train_dataset: ClipWindowDataset | None = None
         self.val_dataset: ClipWindowDataset | None = None
@@ -122,6 +133,8 @@ class WorldDataModule(pl.LightningDataModule):
         self._render(self.corpus_dir, self.synth)
         if self.test_corpus_dir is not None:
             self._render(self.test_corpus_dir, self.test_synth)
+        if self.test_multiview_dir is not None:
+            self._render(self.test_multiview_dir, self.test_multiview)
 
     def _render(self, corpus_dir: str, synth: SynthCorpus | None) -> None:
         """Render ``corpus_dir`` from ``synth`` unless it exists (then check it was rendered from ``synth``)."""
@@ -241,6 +254,20 @@ class WorldDataModule(pl.LightningDataModule):
             if not test:
                 raise ValueError(f"WorldDataModule: no usable test rows in {self.test_corpus_dir} ({self.skipped})")
             self.test_dataset = ClipWindowDataset(test, random_start=False, **common)
+        if self.test_multiview_dir is not None:
+            self.multiview_dataset = ClipWindowDataset(self._multiview_rows(), random_start=False, **common)
+
+    def _multiview_rows(self) -> list[Row]:
+        """The multi-view test worlds' rows, the views of each world consecutive (one test batch per world)."""
+        rows, scene_of = self._usable_rows(self.test_multiview_dir)
+        views = self.test_multiview.views
+        by_scene: dict[str, list[Row]] = {}
+        for row in sorted(rows, key=lambda r: r.sample_id):
+            by_scene.setdefault(scene_of[row.sample_id], []).append(row)
+        whole = [group for _, group in sorted(by_scene.items()) if len(group) == views]
+        if not whole:
+            raise ValueError(f"WorldDataModule: no world with all {views} views in {self.test_multiview_dir}")
+        return [row for group in whole for row in group]
 
     def _view_rows(self) -> list[Row]:
         """The rows of the latent view, after checking its window geometry against this datamodule's."""
@@ -305,4 +332,10 @@ class WorldDataModule(pl.LightningDataModule):
         with the draw by more than many targets' margins.
         """
         dataset = self.test_dataset if self.test_dataset is not None else self.val_dataset
-        return self._in_order(Subset(dataset, list(range(len(dataset))) * self.test_draws))
+        loader = self._in_order(Subset(dataset, list(range(len(dataset))) * self.test_draws))
+        if self.multiview_dataset is None:
+            return loader
+        # The second loader gives one world per batch (its views): `solarwm test`'s test/camera_top1.
+        views = DataLoader(self.multiview_dataset, batch_size=self.test_multiview.views, shuffle=False,
+                           num_workers=self.num_workers)
+        return [loader, views]

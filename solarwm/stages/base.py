@@ -256,13 +256,19 @@ class StageModule(pl.LightningModule):
         # Per test video, in the test loader's order (clip i of N at draw i // N): what intervals are computed
         # from (examples/stage_metrics.py). Kept after the epoch as ``test_records``.
         self.test_records: list[dict[str, float]] = []
+        # Per multi-view world (the datamodule's second test loader): ``camera_top1_step``'s records.
+        self.multiview_records: list[dict[str, Any]] = []
 
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Generate each held-out clip from its first frame and cameras; score it against the trivial baselines.
 
         ``psnr_static``: the first frame repeated. ``psnr_wrong_camera``: the same model and first frame driven
         by another clip's trajectory (the next clip in the batch, or the previous batch's first clip).
+        Batches of the second test loader (one multi-view world each) go to ``camera_top1_step``.
         """
+        if dataloader_idx == 1:
+            self.camera_top1_step(batch, batch_idx)
+            return
         video, c2w, K, caption = batch["video"], batch["c2w"], batch["K"], list(batch["caption"])
         first = video[:, :, 0]
 
@@ -301,6 +307,30 @@ class StageModule(pl.LightningModule):
                 record["psnr_wrong_camera"] = float(p)
         self.test_records.extend(records)
 
+    #: Offset of the multi-view worlds' rollout seeds from the test clips' (their noise never coincides).
+    multiview_seed_offset: int = 100_000
+
+    def camera_top1_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        """One world's views (one batch, a shared first frame): each generated under its own camera, then ranked.
+
+        Records, per view, whether its generation is closer (PSNR on the generated frames) to its own camera's truth
+        than to every other view's, and the margin in dB over the closest other view.
+        """
+        from solarwm.metrics.video import per_video_psnr
+
+        video, c2w, K, caption = batch["video"], batch["c2w"], batch["K"], list(batch["caption"])
+        views = video.shape[0]
+        first = video[:1, :, 0].expand(views, -1, -1, -1)  # the views share it; one frame for all keeps them identical
+        seed = self.rollout_seed() + self.multiview_seed_offset + batch_idx
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        generated = self.generate(first, caption, c2w, K, generator=generator).float()
+        for v in range(views):
+            scores = per_video_psnr(generated[v:v + 1].expand_as(video), video)
+            others = torch.cat([scores[:v], scores[v + 1:]])
+            self.multiview_records.append({"world": batch_idx, "view": v, "views": views,
+                                           "top1": bool(scores[v] > others.max()),
+                                           "margin_db": float(scores[v] - others.max())})
+
     def on_test_epoch_end(self) -> None:
         """Log ``test/psnr``, ``test/psnr_static``, ``test/psnr_wrong_camera``, ``test/ssim`` and camera following."""
         metrics = self.test_metrics
@@ -314,6 +344,11 @@ class StageModule(pl.LightningModule):
             self.log(f"test/cam_trans_dir_err_deg{suffix}", result["trans_dir_err_deg"].float())
             for count in ("pairs", "failed_pairs", "no_parallax_pairs"):
                 self.log(f"test/cam_{count}{suffix}", result[count].float())
+        if self.multiview_records:
+            records = self.multiview_records
+            self.log("test/camera_top1", float(sum(r["top1"] for r in records)) / len(records))
+            self.log("test/camera_top1_chance", 1.0 / records[0]["views"])
+            self.log("test/camera_top1_margin_db_median", float(torch.tensor([r["margin_db"] for r in records]).median()))
         del self.test_metrics
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
