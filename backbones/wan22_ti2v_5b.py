@@ -57,7 +57,10 @@ TINY_WAN_VAE_CONFIG: dict[str, Any] = {
     "latents_mean": [0.0] * 16, "latents_std": [1.0] * 16,
 }
 
-VAE_CONFIGS = {"wan2.2": WAN22_VAE_CONFIG, "tiny": TINY_WAN_VAE_CONFIG}
+#: The tiny VAE with Wan2.2's 48 latent channels: a tiny official base (tests) fits the 48-channel transformer.
+TINY48_WAN_VAE_CONFIG: dict[str, Any] = dict(TINY_WAN_VAE_CONFIG, z_dim=48, latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
+
+VAE_CONFIGS = {"wan2.2": WAN22_VAE_CONFIG, "tiny": TINY_WAN_VAE_CONFIG, "tiny48": TINY48_WAN_VAE_CONFIG}
 
 
 @dataclass
@@ -70,7 +73,7 @@ class Wan22TI2V5BConfig(WanRouteConfig):
     """
 
     #: AutoencoderKLWan config used when no ``pretrained_path`` gives ``vae/``: ``wan2.2`` or ``tiny``.
-    vae_config: Literal["wan2.2", "tiny"] = "tiny"
+    vae_config: Literal["wan2.2", "tiny", "tiny48"] = "tiny"
 
     @classmethod
     def tiny(cls) -> "Wan22TI2V5BConfig":
@@ -91,7 +94,8 @@ class Wan22TI2V5BAdapter(WanAdapterBase):
     """Backbone adapter of SolarWM-wan2.2-5B (TI2V): clean first-latent anchor, flow target, PRoPE camera.
 
     ``config`` (default: ``preset``'s config); ``pretrained_path``: a local diffusers checkpoint folder with
-    ``transformer/`` (and ``vae/`` for ``codec="wan_vae"``; ``text_encoder/`` + ``tokenizer/`` for UMT5);
+    ``transformer/`` (and ``vae/`` for ``codec="wan_vae"``; ``text_encoder/`` + ``tokenizer/`` for UMT5), or the
+    official SolarWM base in its original Wan layout, converted once into a cache (``solarwm.convert``);
     ``device`` builds the codec and transformer under ``torch.device(device)`` (``"meta"``: no weights
     allocated, for parameter counting). Everything but the anchor rule is ``WanAdapterBase``.
     """
@@ -110,4 +114,10 @@ class Wan22TI2V5BAdapter(WanAdapterBase):
         device: str | None = None,
         lora: LoRAConfig | None = None,
     ) -> None:
+        if pretrained_path is not None and device != "meta":
+            from solarwm.convert import is_official_base, official_base_cache
+
+            if is_official_base(pretrained_path):  # the release's original layout: its diffusers copy, made once
+                vae_config = config.vae_config if config is not None else ("wan2.2" if preset == "published" else "tiny")
+                pretrained_path = str(official_base_cache(pretrained_path, vae_config))
         super().__init__(config=config, preset=preset, pretrained_path=pretrained_path, device=device, lora=lora)

@@ -336,3 +336,122 @@ def official_command(
     print(json.dumps(convert_official(package, out, weights, architecture, base)))
     return 0
 
+
+
+#: The original-layout files of the release's base folder (3a1b2c3/SolarWM ``src/solarwm/backends/wan22/runtime/assets.py``).
+BASE_VAE = "vae/Wan2.2_VAE.pth"
+BASE_T5 = "text_encoder/models_t5_umt5-xxl-enc-bf16.pth"
+
+
+def is_official_base(path: str | Path) -> bool:
+    """Whether ``path`` is a base folder in the original Wan layout (``vae/Wan2.2_VAE.pth``, no diffusers ``vae/``)."""
+    root = Path(path)
+    return (root / BASE_VAE).is_file() and not (root / "vae" / "config.json").is_file()
+
+
+def _load_pth(path: Path) -> dict[str, Any]:
+    """A ``.pth`` state dict read with ``weights_only=True`` (memory-mapped when it is zip-format)."""
+    if not path.is_file():
+        raise OfficialCheckpointError(f"{path} missing: not an official base folder")
+    state = load_model_pt(path)
+    if not all(isinstance(k, str) for k in state):
+        raise OfficialCheckpointError(f"{path}: not a state dict")
+    return state
+
+
+def convert_official_base(
+    base: str | Path, out: str | Path, architecture: str | None = None, vae_config: str = "wan2.2"
+) -> dict[str, Any]:
+    """The release's base folder (original Wan layout) -> a diffusers-layout folder: ``vae/`` (AutoencoderKLWan),
+    ``text_encoder/`` (UMT5EncoderModel), ``tokenizer/`` (copied) and, when the base has one, ``transformer/``.
+
+    ``vae_config``: a key of the route's ``VAE_CONFIGS`` (``wan2.2``: the released 48-channel VAE; ``tiny``: tests).
+    """
+    import torch
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from safetensors.torch import load_file
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    from solarwm.backbones.official_base import convert_t5_state, convert_vae_state, umt5_config
+    from solarwm.backbones.wan22_ti2v_5b import VAE_CONFIGS
+
+    root, out = Path(base), Path(out)
+    if not root.is_dir():
+        raise OfficialCheckpointError(f"{root}: base folder not found")
+    if out.exists():
+        raise OfficialCheckpointError(f"--out {out} exists; remove it or choose another folder (nothing was written)")
+    if not (root / "tokenizer").is_dir():
+        raise OfficialCheckpointError(f"{root / 'tokenizer'} missing: not an official base folder")
+    if vae_config not in VAE_CONFIGS:
+        raise OfficialCheckpointError(f"--vae_config must be one of {sorted(VAE_CONFIGS)}, got {vae_config!r}")
+    arch = _architecture(architecture)
+    shards = sorted((root / "transformer").glob("*.safetensors"))
+    vae_state = _load_pth(root / BASE_VAE)
+    t5_state = _load_pth(root / BASE_T5)
+    with torch.device("meta"):
+        vae = AutoencoderKLWan(**VAE_CONFIGS[vae_config])
+        t5 = UMT5EncoderModel(UMT5Config(**umt5_config(t5_state, str(root / BASE_T5))))
+    vae.load_state_dict(convert_vae_state(vae_state, {k: v.shape for k, v in vae.state_dict().items()},
+                                          str(root / BASE_VAE)), strict=True, assign=True)
+    t5.load_state_dict(convert_t5_state(t5_state, {k: v.shape for k, v in t5.state_dict().items()},
+                                        str(root / BASE_T5)), strict=True, assign=True)
+    transformer = None
+    if shards:
+        state: dict[str, Any] = {}
+        for shard in shards:
+            try:
+                state.update(load_file(str(shard)))
+            except Exception as e:  # safetensors raises its own error on a damaged file
+                raise OfficialCheckpointError(f"{shard}: not a readable safetensors file ({type(e).__name__}: {e})") from e
+        state = strip_model_prefix(state, str(root / "transformer"))
+        config = route_config(arch, "bidirectional", None)
+        with torch.device("meta"):
+            transformer = WanTransformer3DModel(**config.transformer_kwargs(48, 48))
+        expected = {k: v.shape for k, v in transformer.state_dict().items()}
+        weights, delta = convert_state(state, expected, None, str(root / "transformer"))
+        if delta:
+            raise OfficialCheckpointError(f"{root / 'transformer'}: a base holds no delta_embedding")
+        transformer.load_state_dict(weights, strict=True, assign=True)
+    record = {"schema": "solarwm.official-base/1", "source": str(root.resolve()), "architecture": arch,
+              "vae_config": vae_config,
+              "files": {p: (root / p).stat().st_size for p in (BASE_VAE, BASE_T5)}}
+    with _Staging(out) as tmp:
+        vae.save_pretrained(tmp / "vae", safe_serialization=True)
+        t5.save_pretrained(tmp / "text_encoder", safe_serialization=True)
+        shutil.copytree(root / "tokenizer", tmp / "tokenizer")
+        if transformer is not None:
+            transformer.save_pretrained(tmp / "transformer", safe_serialization=True)
+        (tmp / "solarwm-base.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return {"output": str(out), "vae": True, "text_encoder": True, "transformer": transformer is not None}
+
+
+def official_base_cache(base: str | Path, vae_config: str = "wan2.2") -> Path:
+    """The diffusers-layout copy of an official base, converted on first use into ``$SOLARWM_CACHE`` (default
+    ``~/.cache/solarwm``) under a name of the base's path and file sizes; a rerun finds and reuses it."""
+    import os
+
+    root = Path(base).resolve()
+    stamp = [str(root), vae_config] + [f"{p}:{(root / p).stat().st_size}" for p in (BASE_VAE, BASE_T5) if (root / p).is_file()]
+    key = hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("SOLARWM_CACHE", Path.home() / ".cache" / "solarwm")) / "official-base" / key
+    if not (cache / "solarwm-base.json").is_file():
+        convert_official_base(root, cache, vae_config=vae_config)
+    return cache
+
+
+def official_base_command(
+    base: str, out: str | None = None, architecture: str | None = None, vae_config: str = "wan2.2"
+) -> int:
+    """Convert the release's base folder (original Wan layout) into a diffusers-layout folder.
+
+    Args:
+        base: the base folder (vae/Wan2.2_VAE.pth, text_encoder/models_t5_umt5-xxl-enc-bf16.pth, tokenizer/,
+            transformer/*.safetensors).
+        out: the folder to write (must not exist; written atomically); usable as pretrained_path and as --base.
+        architecture: a JSON object or file of Wan constructor names for transformer/ (default: the published 5B).
+        vae_config: the VAE's size, wan2.2 (the release) or tiny (tests).
+    """
+    if out is None:
+        raise OfficialCheckpointError("--out DIR is required")
+    print(json.dumps(convert_official_base(base, out, architecture, vae_config)))
+    return 0

@@ -154,3 +154,46 @@ def tiny_packages(tmp_path, wan_model_module) -> dict[str, Any]:
                                 "stage2", release_role="ema"),
         "architecture": json.dumps(TINY_ARCH),
     }
+
+
+def tiny_tokenizer(folder: Path, words: list[str]) -> Path:
+    """A real ``PreTrainedTokenizerFast`` (word level) saved like the release's ``tokenizer/``: pad 0, eos 1, unk 2."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def tiny_official_base(tmp_path, wan_model_module) -> dict[str, Any]:
+    """A base folder in the release's original layout: Wan's own VAE (48 channels, tiny), T5 encoder, tokenizer
+    and transformer (``transformer/*.safetensors``, original key names)."""
+    from safetensors.torch import save_file
+
+    from solarwm.backbones.wan22_ti2v_5b import TINY48_WAN_VAE_CONFIG
+
+    root = tmp_path / "SolarWM-5B-base"
+    cfg = TINY48_WAN_VAE_CONFIG
+    torch.manual_seed(7)
+    vae = wan_module("vae2_2").WanVAE_(dim=cfg["base_dim"], dec_dim=cfg["decoder_base_dim"], z_dim=48,
+                                       dim_mult=cfg["dim_mult"], num_res_blocks=cfg["num_res_blocks"],
+                                       temperal_downsample=cfg["temperal_downsample"]).eval()
+    t5 = wan_module("t5").T5Encoder(vocab=40, dim=TINY_ARCH["text_dim"], dim_attn=TINY_ARCH["text_dim"], dim_ffn=32,
+                                    num_heads=4, num_layers=2, num_buckets=32, shared_pos=False, dropout=0.0).eval()
+    with torch.no_grad():
+        for p in list(vae.parameters()) + list(t5.parameters()):
+            p.add_(0.05 * torch.randn_like(p))
+    model = official_model(wan_model_module, seed=3)
+    for sub in ("vae", "text_encoder", "transformer"):
+        (root / sub).mkdir(parents=True)
+    torch.save(vae.state_dict(), root / "vae" / "Wan2.2_VAE.pth")
+    torch.save({k: v.to(torch.bfloat16) for k, v in t5.state_dict().items()},
+               root / "text_encoder" / "models_t5_umt5-xxl-enc-bf16.pth")
+    tiny_tokenizer(root / "tokenizer", ["a", "room", "with", "red", "walls", "street"])
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+              str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
+    return {"root": root, "vae": vae, "t5": t5, "model": model, "architecture": json.dumps(TINY_ARCH)}
