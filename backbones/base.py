@@ -17,7 +17,8 @@ transformer and codec of one backbone and exposes, in the route's *native* terms
   embeds the target time ``r`` (``r_per_frame``) and is mixed in with a fixed gate;
 * LoRA (``solarwm.backbones.lora``): ``enable_lora(LoRAConfig)`` wraps ``config.target_modules`` of
   the transformer in peft LoRA layers and freezes its base weights; every route takes
-  ``lora: LoRAConfig | None = None`` in ``__init__`` and calls ``self.enable_lora(lora)`` last;
+  ``lora: LoRAConfig | None = None`` in ``__init__`` and passes it on: ``BackboneAdapter.__init__`` calls
+  ``self.enable_lora(lora)`` last, so a route never calls it itself;
   ``merge_lora()`` folds it into the base weights;
 * export: ``save_adapter(dir, stage=None, merge_lora=False)`` / ``BackboneAdapter.load_adapter(dir)``.
 
@@ -110,7 +111,8 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
     Subclasses set the class attributes below, build ``self.transformer`` (a diffusers ``ModelMixin``)
     in ``__init__`` and implement the abstract methods. Frozen parts (codec/VAE, text encoder) must have
     ``requires_grad=False``; ``trainable_parameters()`` then yields exactly what a stage optimises.
-    Every route takes ``lora: LoRAConfig | None = None`` and ends ``__init__`` with ``self.enable_lora(lora)``.
+    Every route takes ``lora: LoRAConfig | None = None`` and passes it to this class's ``__init__``, which ends with
+    ``self.enable_lora(lora)``.
     """
 
     #: Route name as in ``ROUTES`` and in ``adapter.json``.

@@ -97,11 +97,11 @@ class AdapterWeights:
         """Wrap ``config.target_modules`` of the transformer in LoRA layers (peft; B = 0, so outputs are unchanged).
 
         Afterwards only the LoRA weights, the camera weights and (when enabled) the flow map train; the
-        transformer's base weights get ``requires_grad=False``. ``None`` does nothing, so a route's
-        ``__init__`` ends with ``self.enable_lora(lora)`` for its ``lora: LoRAConfig | None = None``
-        argument (settable in YAML as ``init_args.lora: {rank, alpha, target_modules, dropout}``).
-        Call it before ``enable_flow_map`` (as a route's ``__init__`` does), so the flow map's copy of the
-        time embedding has the same layers whatever the order of a later reload.
+        transformer's base weights get ``requires_grad=False``. ``None`` does nothing, so ``BackboneAdapter.__init__``
+        ends with ``self.enable_lora(lora)`` for a route's ``lora: LoRAConfig | None = None`` argument (settable
+        in YAML as ``init_args.lora: {rank, alpha, target_modules, dropout}``); a route never calls it itself.
+        Call it before ``enable_flow_map`` (``BackboneAdapter.__init__`` does, before any stage enables the flow map),
+        so the flow map's copy of the time embedding has the same layers whatever the order of a later reload.
         """
         if config is None:
             return

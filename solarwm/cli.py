@@ -42,7 +42,6 @@ CAMERA_VERBS: dict[str, tuple[str, str]] = {
 }
 CONVERT_VERBS: dict[str, tuple[str, str]] = {
     "official": ("solarwm.convert:official_command", "an official SolarWM Wan2.2-5B stage package -> adapter export"),
-    "official-base": ("solarwm.convert:official_base_command", "the official base (original Wan layout) -> diffusers layout"),
 }
 GROUPS: dict[str, dict[str, tuple[str, str]]] = {"data": DATA_VERBS, "camera": CAMERA_VERBS, "convert": CONVERT_VERBS}
 TRAIN_VERBS = ("fit", "validate", "test", "predict")
@@ -62,7 +61,6 @@ def _usage() -> str:
              "       solarwm data <verb> [--help]",
              "       solarwm camera <verb> [--help]",
              "       solarwm convert official PACKAGE --out DIR [--weights ema|live] [--architecture JSON] [--base DIR]",
-             "       solarwm convert official-base BASE --out DIR",
              "       solarwm play [--adapter DIR] [--first_frame IMG] [--caption TEXT] [--port 7860] [--help]",
              "       --debug anywhere: show the traceback of an error instead of one line"]
     for group, verbs in GROUPS.items():
@@ -151,7 +149,7 @@ def is_expected_error(exc: BaseException) -> bool:
     most project errors derive from it), `argparse.ArgumentError` (a bad option, raised by the
     jsonargparse parsers built with ``exit_on_error=False``) and every error class defined in the ``solarwm``
     packages, found by module name so that checking never imports torch for the ones in
-    backbones/kernels/stages (e.g. `AdapterError`, a `RuntimeError`).
+    the backbones, kernels and stages packages (e.g. `AdapterError`, a `RuntimeError`).
     """
     if isinstance(exc, (OSError, ValueError, argparse.ArgumentError)):
         return True
