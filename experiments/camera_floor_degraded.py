@@ -7,7 +7,9 @@ first frame to sigma at the last, as a rollout loses detail), next to the PSNR t
 a camera error can be read against the image quality it was measured at. The cameras are the clips'
 own, so every error here is the estimator's, none is the motion's.
 
-    python experiments/camera_floor_degraded.py [OUT]     (OUT of examples/three_stages.sh; default outputs/three_stages)
+    python experiments/camera_floor_degraded.py [OUT]
+
+OUT: the folder of `bash examples/three_stages.sh OUT` (default outputs/three_stages).
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def score(batches: list[dict], degrade: Degrade) -> tuple[float, dict[str, float
 
 def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "outputs/three_stages")
-    cli = SolarCLI(args=["--config", str(Path(__file__).resolve().parents[1] / "recipes" / "tiny_bid.yaml"), "--root", str(out),
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny_bid.yaml"
+    cli = SolarCLI(args=["--config", str(recipe), "--root", str(out),
                           "--trainer.logger", "false"], run=False)
     cli.datamodule.setup("test")
     batches = list(cli.datamodule.test_dataloader())

@@ -1,6 +1,8 @@
 """Where a stage's camera error comes from: rotation gain per frame step, and the token grid in its frames.
 
-    python experiments/camera_profile.py [OUT] [STAGE ...]     (OUT of examples/three_stages.sh; stages: stage1 stage2 stage3)
+    python experiments/camera_profile.py [OUT] [STAGE ...]
+
+OUT: the folder of `bash examples/three_stages.sh OUT`; STAGE: stage1, stage2 or stage3 (default: all three).
 
 Each stage's export generates the held-out test clips as `solarwm test` does (same first frames, cameras
 and noise seeds). The project's camera estimator then measures, for frame steps of 4 (the pairs
@@ -40,15 +42,18 @@ RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 
 
 def rotation_gain(R_est: np.ndarray, R_cmd: np.ndarray) -> float | None:
-    """Estimated rotation ``[3, 3]`` along the commanded one's axis over its angle; None for a commanded angle < 0.2 deg."""
+    """Estimated rotation ``[3, 3]`` along the commanded one's axis over its angle; None for a commanded angle
+    < 0.2 deg."""
     cmd = Rotation.from_matrix(R_cmd).as_rotvec()
     if np.linalg.norm(cmd) < np.radians(0.2):
         return None
     return float(Rotation.from_matrix(R_est).as_rotvec() @ cmd / (cmd @ cmd))
 
 
-def pair_estimates(videos: list[np.ndarray], cameras: list[tuple[np.ndarray, np.ndarray]], step: int) -> list[list[tuple]]:
-    """Per start frame ``i`` (every ``step``), the ``(estimated R, commanded R)`` of pairs ``(i, i + step)`` with an estimate."""
+def pair_estimates(videos: list[np.ndarray], cameras: list[tuple[np.ndarray, np.ndarray]],
+                   step: int) -> list[list[tuple]]:
+    """Per start frame ``i`` (every ``step``), the ``(estimated R, commanded R)`` of pairs ``(i, i + step)`` with an
+    estimate."""
     pairs = []
     for i in range(0, len(videos[0]) - step, step):
         at_i = []
@@ -86,9 +91,11 @@ def token_grid(videos: list[np.ndarray], token: int) -> float:
     return float(np.mean(ratios))
 
 
-def generated(out: Path, stage: str) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[np.ndarray, np.ndarray]], int]:
+def generated(out: Path, stage: str) -> tuple[list[np.ndarray], list[np.ndarray],
+                                              list[tuple[np.ndarray, np.ndarray]], int]:
     """(generated videos, true videos, cameras, token size in pixels) of the stage's export on the test clips."""
-    cli = SolarCLI(args=["--config", str(RECIPE_DIR / f"{RECIPES[stage]}.yaml"), "--root", str(out), "--trainer.logger", "false"], run=False)
+    cli = SolarCLI(args=["--config", str(RECIPE_DIR / f"{RECIPES[stage]}.yaml"), "--root", str(out),
+                         "--trainer.logger", "false"], run=False)
     module = cli.model
     load_adapter_weights(module.adapter, out / stage / "adapter")
     module.eval()
@@ -97,7 +104,8 @@ def generated(out: Path, stage: str) -> tuple[list[np.ndarray], list[np.ndarray]
     for batch_idx, batch in enumerate(cli.datamodule.test_dataloader()):
         rng = torch.Generator().manual_seed(module.rollout_seed(cli.datamodule) + batch_idx)  # as StageModule.test_step
         with torch.no_grad():
-            video = module.generate(batch["video"][:, :, 0], list(batch["caption"]), batch["c2w"], batch["K"], generator=rng)
+            video = module.generate(batch["video"][:, :, 0], list(batch["caption"]), batch["c2w"], batch["K"],
+                                    generator=rng)
         for b in range(len(video)):
             gen.append(to_uint8_frames(video[b].float()))
             truth.append(to_uint8_frames(batch["video"][b]))
@@ -117,7 +125,8 @@ def main() -> None:
             pairs = {step: pair_estimates(videos, cameras, step) for step in (4, 1)}
             for step in (4, 1):
                 profile = gain_profile(pairs[step])
-                print(f"{'':<7} gain, step {step}: " + " ".join(f"{i * step}>{(i + 1) * step}:{g:.2f}" for i, g in enumerate(profile)))
+                gains = " ".join(f"{i * step}>{(i + 1) * step}:{g:.2f}" for i, g in enumerate(profile))
+                print(f"{'':<7} gain, step {step}: " + gains)
             err = axis_errors(pairs[4])
             print(f"{'':<7} error axes, step 4 (deg, median |e| / mean e): " + " ".join(
                 f"{axis}:{np.median(np.abs(err[:, k])):.3f}/{err[:, k].mean():+.3f}" for k, axis in enumerate("xyz")))

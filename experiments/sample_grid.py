@@ -36,7 +36,8 @@ def main() -> None:
     batch = next(iter(data.val_dataloader()))
     video, c2w, K, caption = batch["video"], batch["c2w"], batch["K"], list(batch["caption"])
     with torch.no_grad():
-        own = module.generate(video[:, :, 0], caption, c2w, K, num_steps=steps, generator=torch.Generator().manual_seed(0))
+        own = module.generate(video[:, :, 0], caption, c2w, K, num_steps=steps,
+                              generator=torch.Generator().manual_seed(0))
         wrong = module.generate(video[:, :, 0], caption, c2w.roll(1, 0), K, num_steps=steps,
                                 generator=torch.Generator().manual_seed(0))
     rows = []

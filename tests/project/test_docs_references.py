@@ -1,5 +1,5 @@
 """Text names only what exists: every repository file that the docs, the recipe headers, `pyproject.toml`'s
-comments, shell comments and the code's docstrings name is there; every test they name (a test file with
+comments, shell comments and the code's docstrings and comments name is there; every test they name (a test file with
 `::test_name`, or a bare `test_<x>.py`) is there; every relative link and `../` path of a page resolves inside the
 repository; the README's `solarwm data|camera <verb>`s are CLI verbs; the results index lists every dated page.
 
@@ -11,8 +11,10 @@ the same line is named as history and not checked.
 from __future__ import annotations
 
 import ast
+import io
 import os
 import re
+import tokenize
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -39,6 +41,7 @@ _BARE_TEST = re.compile(r"(?<![\w./-])(test_\w+\.py)(::[\w:]+)?")
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 _UP = re.compile(r"`(\.\./[^`\s]+)`")  # a backticked path relative to the page
 _HISTORY = re.compile(r"deleted|removed|git history", re.I)
+_PLACEHOLDER = re.compile(r"(^|/)(X|N|FILE|DIR|OUT|NAME|PATH|STAGE|CLIP|ROUTE)(\.|/|$)")
 
 
 def _walk(*patterns: str) -> list[Path]:
@@ -71,8 +74,8 @@ def _comments(path: Path) -> Iterator[tuple[int, str]]:
                 break
 
 
-def _docstrings(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line) of every module, class and function docstring of a Python file."""
+def _code_text(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of every module, class and function docstring and every comment of a Python file."""
     text = path.read_text()
     if not (_REF.search(text) or _BARE_TEST.search(text)):
         return  # nothing to check: skip the parse (it is most of this test's time)
@@ -80,14 +83,18 @@ def _docstrings(path: Path) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                for k, line in enumerate(first.value.value.splitlines()):
+            value = first.value if isinstance(first, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                for k, line in enumerate(value.value.splitlines()):
                     yield first.lineno + k, line
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string[1:]
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     if path.suffix == ".py":
-        return _docstrings(path)
+        return _code_text(path)
     if path.suffix == ".md":
         return enumerate(path.read_text().splitlines(), 1)
     return _comments(path)
@@ -103,8 +110,8 @@ def _defines(test_file: Path, names: str) -> bool:
 def _is_pattern(path: str, after: str) -> bool:
     """A placeholder or a name, not a path: `tests/FILE.py`, `tests/<lane>/...`, `recipes/tiny_*.yaml`, `a/{b,c}`,
     `a/b...`; `solarwm/WorldModel-v0` is a Gymnasium id."""
-    return (bool(re.search(r"(^|/)(X|N|FILE|DIR|OUT|NAME|PATH|STAGE|CLIP|ROUTE)(\.|/|$)", path)) or after[:1] in ("*", "<", "{", "…", "$")
-            or after.startswith("..") or bool(re.fullmatch(r"solarwm/\w+-v\d+", path)))
+    return (bool(_PLACEHOLDER.search(path)) or after[:1] in ("*", "<", "{", "…", "$") or after.startswith("..")
+            or bool(re.fullmatch(r"solarwm/\w+-v\d+", path)))
 
 
 def problems(path: Path, lines: Iterable[tuple[int, str]] | None = None) -> list[str]:
@@ -148,7 +155,7 @@ def problems(path: Path, lines: Iterable[tuple[int, str]] | None = None) -> list
     pytest.param(RECIPES, id="recipe-comments"),
     pytest.param([ROOT / "pyproject.toml"], id="pyproject-comments"),
     pytest.param(SHELL, id="shell-comments"),
-    pytest.param(CODE, id="docstrings"),
+    pytest.param(CODE, id="docstrings-and-comments"),
 ])
 def test_named_files_and_tests_exist(files: list[Path]) -> None:
     assert files, "nothing found to check"
