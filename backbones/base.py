@@ -481,6 +481,10 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
         ``copies``: ``x`` holds the per-frame conditions' frames that many times over (teacher forcing: 2).
         """
 
+    def sampler_sigma(self, sigma: torch.Tensor) -> torch.Tensor:
+        """The σ a few-step sampler turns the model's velocity at ``sigma`` into x0 with (default: ``sigma`` itself)."""
+        return sigma
+
     def native_output(self, out: torch.Tensor, x_t: torch.Tensor, sigma_per_frame: torch.Tensor) -> torch.Tensor:
         """The transformer output as the contract's flow target (x0-output configs return the velocity)."""
         if self.config.prediction == "x0":

@@ -282,6 +282,12 @@ class WanAdapterBase(BackboneAdapter):
         t = sigma.float() * self.timestep_scale
         return t.to(torch.bfloat16).float() if self.config.timestep_rounding == "bfloat16" else t
 
+    def sampler_sigma(self, sigma: torch.Tensor) -> torch.Tensor:
+        """``sigma``, or with bf16 timesteps the σ the model was told (the official stage-2 sampler's x0 step)."""
+        if self.config.timestep_rounding == "none":
+            return sigma
+        return self.model_timesteps(torch.as_tensor(sigma)) / self.timestep_scale
+
     # ------------------------------------------------------------------ AnyFlow flow map
     def time_embedding(self) -> torch.nn.Module:
         """Wan's ``condition_embedder.time_embedder`` (feeds every block's AdaLN and the head)."""

@@ -146,7 +146,7 @@ class Rollout:
                 x = x - (sigmas[k] - sigmas[k + 1]) * u  # after the last step (r = 0) this is x0
             else:
                 v = adapter(x, sigma_pf, block_cond, kv_cache=cache).float()
-                x0 = x - sigmas[k] * v
+                x0 = x - adapter.sampler_sigma(sigmas[k]) * v  # the σ the model was told (bf16-rounded for imports)
                 x0[:, :, :clean] = anchor[:, :, :clean]
                 if k < exit_step:
                     fresh = randn(x.shape, generator, device)

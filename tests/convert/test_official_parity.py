@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import torch
 from conftest import TINY_ARCH
 
@@ -136,3 +137,34 @@ def test_stage1_flow_map_equals_official_anyflow_mixing(tiny_packages, tmp_path)
     with torch.no_grad():
         same = adapter(x, t / 1000.0, cond, r_per_frame=t / 1000.0)
     assert (same - ref).abs().max().item() > 10 * err
+
+
+def test_stage2_block_equals_the_official_sampler_on_wan_model(tiny_packages, tmp_path) -> None:
+    """One causal block of our ``renoise`` rollout on the converted student equals the official stage-2 sampler
+    written with WanModel (Junchao-cs/SolarWM ``src/solarwm/backends/wan22/runtime/stage2.py``): t = [1000, 937.5,
+    833.3, 625] fed as bf16, x0 = x - σ(bf16 t)·v, fresh noise to the exact next t, the image latent at t = 0."""
+    from solarwm.rollout.engine import Rollout, few_step_sigmas
+
+    out = tmp_path / "sgf"
+    convert_official(tiny_packages["stage2"], out, architecture=tiny_packages["architecture"])
+    adapter = load_adapter(out).eval()
+    sigmas = few_step_sigmas(4, adapter.shift)
+    assert torch.allclose(sigmas * 1000, torch.tensor([1000.0, 937.5, 833.3333, 625.0, 0.0]))
+    _, text, cond = _inputs(4)
+    anchor = torch.randn(1, 48, 1, H, W, generator=torch.Generator().manual_seed(5))
+    block = Rollout(adapter, 4, "renoise").block(cond, anchor, slice(0, F), adapter.new_cache(H, W),
+                                                 torch.Generator().manual_seed(6))
+    model, g = tiny_packages["ema_model"], torch.Generator().manual_seed(6)
+    x = torch.randn(1, 48, F, H, W, generator=g)
+    x[:, :, :1] = anchor
+    for k in range(4):
+        t = (sigmas[k] * 1000).to(torch.bfloat16).float()
+        v = _official(model, x, torch.tensor([[0.0] + [t.item()] * (F - 1)]), text)
+        x0 = x - (t / 1000) * v
+        x0[:, :, :1] = anchor
+        if k < 3:
+            x = (1 - sigmas[k + 1]) * x0 + sigmas[k + 1] * torch.randn(x.shape, generator=g)
+            x[:, :, :1] = anchor
+    err = (block.x0 - x0).abs().max().item()
+    assert err < 1e-4, f"max |our block - official sampler| = {err:.2e}"
+    assert adapter.sampler_sigma(torch.tensor(0.9375)).item() == pytest.approx(0.936, abs=1e-7)
