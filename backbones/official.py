@@ -83,6 +83,40 @@ def resolve_architecture(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     return arch
 
 
+def official_shapes(arch: Mapping[str, Any], delta: bool = False) -> dict[str, tuple[int, ...]]:
+    """The original Wan key -> shape table of a package of ``arch`` (``resolve_architecture``'s output).
+
+    15 top-level tensors and 27 per block (825 for the published 30 layers), plus the 4 stage-1
+    ``delta_embedding`` tensors when ``delta`` (3a1b2c3/SolarWM ``.../wan22/modeling/model.py``; wan22 ``WanModel``).
+    """
+    d, f, ffn, t = arch["dim"], arch["freq_dim"], arch["ffn_dim"], arch["text_dim"]
+    pt, ph, pw = arch["patch_size"]
+    shapes: dict[str, tuple[int, ...]] = {
+        "patch_embedding.weight": (d, arch["in_dim"], pt, ph, pw), "patch_embedding.bias": (d,),
+        "text_embedding.0.weight": (d, t), "text_embedding.0.bias": (d,),
+        "text_embedding.2.weight": (d, d), "text_embedding.2.bias": (d,),
+        "time_embedding.0.weight": (d, f), "time_embedding.0.bias": (d,),
+        "time_embedding.2.weight": (d, d), "time_embedding.2.bias": (d,),
+        "time_projection.1.weight": (6 * d, d), "time_projection.1.bias": (6 * d,),
+        "head.head.weight": (arch["out_dim"] * pt * ph * pw, d), "head.head.bias": (arch["out_dim"] * pt * ph * pw,),
+        "head.modulation": (1, 2, d),
+    }
+    for i in range(arch["num_layers"]):
+        b = f"blocks.{i}."
+        shapes[b + "modulation"] = (1, 6, d)
+        for attn in ("self_attn", "cross_attn"):
+            for proj in "qkvo":
+                shapes[f"{b}{attn}.{proj}.weight"], shapes[f"{b}{attn}.{proj}.bias"] = (d, d), (d,)
+            shapes[f"{b}{attn}.norm_q.weight"] = shapes[f"{b}{attn}.norm_k.weight"] = (d,)
+        shapes[b + "norm3.weight"] = shapes[b + "norm3.bias"] = (d,)
+        shapes[b + "ffn.0.weight"], shapes[b + "ffn.0.bias"] = (ffn, d), (ffn,)
+        shapes[b + "ffn.2.weight"], shapes[b + "ffn.2.bias"] = (d, ffn), (d,)
+    if delta:
+        shapes.update({"delta_embedding.0.weight": (d, f), "delta_embedding.0.bias": (d,),
+                       "delta_embedding.2.weight": (d, d), "delta_embedding.2.bias": (d,)})
+    return shapes
+
+
 # Original Wan name -> diffusers WanTransformer3DModel name (diffusers scripts/convert_wan_to_diffusers.py).
 _TOP = {
     "patch_embedding": "patch_embedding",

@@ -11,6 +11,12 @@
 * ``rollout``: a student of that size, random weights, 480p, 4 steps per block over 200 blocks with the
   streaming decode: generated frames per second, and memory at block 20 against block 200 (it must not grow).
 
+* ``official`` (``--official``): the published 5B in the official SolarWM layout (original Wan key names in a v2
+  checkpoint transaction) with random weights, converted by ``solarwm convert official`` and rolled out as the
+  released stage-2 student is sampled (4 steps, 3-latent blocks, bf16 timesteps) at 480x864 for 81 frames, under
+  bf16 autocast with a random Wan2.2 VAE and hashing text: conversion seconds, generated frames per second, peak
+  memory. ``--dry-run --official`` runs it at a tiny architecture.
+
 Ratios are taken against a baseline measured in the same run; nothing here is compared to a fixed number.
 """
 
@@ -152,12 +158,85 @@ def rollout(shape: dict, dry_run: bool, device: torch.device) -> dict:
             "peak_ratio_late_over_early": peak[blocks] / peak[early]}
 
 
+#: The official-layout section: architecture overrides (Wan constructor names), VAE config, frame size and frames.
+OFFICIAL = {
+    "published": {"architecture": None, "vae_config": "wan2.2", "width": 864, "height": 480, "frames": 81},
+    "dry_run": {"architecture": {"dim": 64, "ffn_dim": 96, "freq_dim": 32, "text_dim": 24, "num_heads": 2,
+                                 "num_layers": 2, "text_len": 8},
+                "vae_config": "tiny48", "width": 32, "height": 32, "frames": 9},
+}
+
+
+def write_official_package(folder: Any, state: dict[str, torch.Tensor], step: int = 0) -> None:
+    """A stage-2 package as the official store writes it: model.pt (``model.``-prefixed), manifest, COMPLETE.json."""
+    import hashlib
+
+    folder.mkdir(parents=True)
+    prefixed = {f"model.{k}": v for k, v in state.items()}
+    torch.save({"generator": prefixed, "generator_ema": prefixed, "global_step": step}, folder / "model.pt")
+    manifest = {"schema": "solarwm.checkpoint.v2", "step": step, "contract": {"stage": "stage2"}, "metadata": {},
+                "files": [{"path": "model.pt", "size": (folder / "model.pt").stat().st_size}]}
+    raw = json.dumps(manifest, sort_keys=True).encode()
+    (folder / "checkpoint-manifest.json").write_bytes(raw)
+    (folder / "COMPLETE.json").write_text(json.dumps({"schema": "solarwm.checkpoint-complete.v2", "step": step,
+                                                      "manifest_digest": hashlib.blake2s(raw).hexdigest()}))
+
+
+def official(dry_run: bool, device: torch.device) -> dict:
+    """Random official-layout package -> ``convert_official`` -> one 4-step stage-2 rollout (see module docstring)."""
+    import tempfile
+    from pathlib import Path
+
+    from diffusers import AutoencoderKLWan
+
+    from solarwm.backbones.base import load_adapter
+    from solarwm.backbones.official import official_shapes, resolve_architecture
+    from solarwm.backbones.wan22_ti2v_5b import VAE_CONFIGS
+    from solarwm.convert import convert_official
+
+    spec = OFFICIAL["dry_run" if dry_run else "published"]
+    arch = resolve_architecture(spec["architecture"])
+    gen = torch.Generator().manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        # bf16 in model.pt halves the disk and time of writing 5 B weights; the converter writes fp32.
+        state = {k: (torch.randn(shape, generator=gen) * 0.02).to(torch.bfloat16)
+                 for k, shape in official_shapes(arch).items()}
+        write_official_package(root / "package", state)
+        del state
+        start = time.perf_counter()
+        convert_official(root / "package", root / "export", architecture=json.dumps(spec["architecture"] or {}))
+        convert_s = time.perf_counter() - start
+        # The released VAE and UMT5 need their weights: a random Wan2.2 VAE and hashing text stand in.
+        meta = json.loads((root / "export" / "adapter.json").read_text())
+        meta["config"].update(codec="wan_vae", vae_config=spec["vae_config"], text_encoder="hashing")
+        (root / "export" / "adapter.json").write_text(json.dumps(meta))
+        AutoencoderKLWan(**VAE_CONFIGS[spec["vae_config"]]).save_pretrained(root / "export" / "vae")
+        adapter = load_adapter(root / "export").to(device).eval()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    runner, cond = rollout_setup(spec["frames"], spec["width"], 16.0, adapter=adapter, height=spec["height"],
+                                 device=str(device))
+    frames, start = 0, time.perf_counter()
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        for video in runner.video_blocks(cond, torch.Generator(device=device).manual_seed(0)):
+            frames += video.shape[2]
+    sync(device)
+    seconds = time.perf_counter() - start
+    return {"parameters": sum(p.numel() for p in adapter.transformer.parameters()), "convert_s": convert_s,
+            "width": spec["width"], "height": spec["height"], "frames": frames, "seconds": seconds,
+            "generated_fps": frames / seconds, "peak_memory_mib": memory_mib(device, peak=True),
+            "timestep_rounding": adapter.config.timestep_rounding, "latent_camera": adapter.config.latent_camera}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (what CI runs)")
     parser.add_argument("--repeats", type=int, default=10, help="timed attention calls per kernel and pass")
     parser.add_argument("--steps", type=int, default=3, help="timed training steps (after one warm-up)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["attention", "train_step", "rollout"])
+    parser.add_argument("--official", action="store_true",
+                        help="also time the published 5B converted from the official layout (a 4-step stage-2 rollout)")
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         parser.error("no CUDA device: run with --dry-run for the CPU version")
@@ -174,6 +253,10 @@ def main() -> None:
             torch.cuda.empty_cache()
     if "rollout" not in args.skip:
         result["rollout"] = rollout(shape, args.dry_run, device)
+    if args.official:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        result["official"] = official(args.dry_run, device)
     print(json.dumps(result, allow_nan=True))
 
 

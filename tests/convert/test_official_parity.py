@@ -168,3 +168,28 @@ def test_stage2_block_equals_the_official_sampler_on_wan_model(tiny_packages, tm
     err = (block.x0 - x0).abs().max().item()
     assert err < 1e-4, f"max |our block - official sampler| = {err:.2e}"
     assert adapter.sampler_sigma(torch.tensor(0.9375)).item() == pytest.approx(0.936, abs=1e-7)
+
+
+def test_the_published_5b_layout_fills_the_published_model_on_meta(wan_model_module) -> None:
+    """825 official keys (829 with the stage-1 delta) map one to one onto the published 5B WanTransformer3DModel
+    (checked on the meta device: no weights allocated); the table agrees with the official WanModel's own keys."""
+    from diffusers import WanTransformer3DModel
+
+    from solarwm.backbones.official import PUBLISHED_5B, convert_state, official_shapes, resolve_architecture
+    from solarwm.convert import route_config
+
+    arch = resolve_architecture(None)
+    shapes = official_shapes(arch, delta=True)
+    assert len(official_shapes(arch)) == 825 and len(shapes) == 829
+    with torch.device("meta"):
+        ours = WanTransformer3DModel(**route_config(arch, "tf_anyflow", None).transformer_kwargs(48, 48))
+        official = wan_model_module.WanModel(
+            model_type="ti2v", patch_size=tuple(PUBLISHED_5B["patch_size"]), text_len=512, in_dim=48, dim=3072,
+            ffn_dim=14336, freq_dim=256, text_dim=4096, out_dim=48, num_heads=24, num_layers=30)
+    assert {k: tuple(v.shape) for k, v in official.state_dict().items()} == official_shapes(arch)
+    state = {k: torch.empty(v, device="meta") for k, v in shapes.items()}
+    expected = {k: v.shape for k, v in ours.state_dict().items()}
+    delta_expected = {k: v.shape for k, v in ours.condition_embedder.time_embedder.state_dict().items()}
+    transformer, delta = convert_state(state, expected, delta_expected, "published")
+    assert len(transformer) == len(expected) == 825 and len(delta) == 4
+    assert sum(v.numel() for v in transformer.values()) == sum(p.numel() for p in ours.parameters())
