@@ -6,7 +6,7 @@ Bounds (issue #33), 81 frames at 160×120, 16 fps, fov 70°, after ``sim3.trajec
 * known K, walk-and-turn arc and orbit (SIFT on 2×-enlarged frames; the checked mapper keeps the
   global run): worst rotation error ≤ 1° (measured 0.16° and 0.64° with pycolmap 4.1.1) and worst
   camera-centre error ≤ 1% of the path (measured 0.46% and 0.79%; without the enlargement 1.1% and
-  2.6%: docs/results/2026-12-pose-estimation.md, "2× enlargement with known K");
+  2.6%: docs/results/2026-12-colmap-enlargement.md);
 * metric scale with the oracle depth (the renderer's true depth): within 2% of the truth
   (measured −0.6% on the arc with 8 sampled frames);
 * unknown K (slow: two seeded runs): focal within 3%, rotation ≤ 2°;
@@ -104,7 +104,7 @@ NAMED = ("too few frames", "no model", "several disconnected models", "too few r
 def test_frames_under_320_px_on_the_short_side_are_enlarged_2x():
     colmap = get_estimator("colmap")
     # (h, w) -> factor, by the short side: 160x120 and 320x240, either way up, are enlarged
-    # (measured in docs/results/2026-12-pose-estimation.md, "320x240").
+    # (measured in docs/results/2026-12-colmap-enlargement-320.md).
     sizes = ((120, 160), (240, 320), (180, 320), (320, 240), (320, 480), (720, 1280))
     assert [colmap._upscale(h, w) for h, w in sizes] == [2, 2, 2, 2, 1, 1]
     assert get_estimator("colmap", upscale=1)._upscale(120, 160) == 1  # an explicit factor wins
