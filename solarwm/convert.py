@@ -264,6 +264,12 @@ def convert_official(
     arch = _architecture(architecture)
     base_root = _check_base(base)
     pkg = verify_package(package)
+    family = pkg.contract.get("family") or "wan22_ti2v_5b"
+    if family != "wan22_ti2v_5b":  # an H3 package (minimax_h3) has another token packing: not this converter
+        raise OfficialCheckpointError(f"{pkg.path}: contract family {family!r}; only 'wan22_ti2v_5b' packages convert")
+    transform = pkg.contract.get("camera_translation_transform") or "linear"
+    if transform != "linear":  # the Wan route's PRoPE takes translations as they are
+        raise OfficialCheckpointError(f"{pkg.path}: camera_translation_transform {transform!r}; the Wan route needs 'linear'")
     role = weights or pkg.default_role
     model_pt = pkg.path / "model.pt"
     checkpoint = load_model_pt(model_pt)
@@ -316,7 +322,7 @@ def convert_official(
 def official_command(
     package: str,
     out: str | None = None,
-    weights: Literal["ema", "live"] | None = None,
+    weights: str | None = None,  # checked by convert_official, whose error names the option
     architecture: str | None = None,
     base: str | None = None,
 ) -> int:

@@ -78,6 +78,13 @@ def _wrong_shape(p: Path) -> None:
     _rewrite(p, lambda s: s.update({"blocks.0.self_attn.q.weight": torch.zeros(64, 32)}))
 
 
+def _other_family(p: Path) -> None:
+    manifest = json.loads((p / "checkpoint-manifest.json").read_text())
+    manifest["contract"]["family"] = "minimax_h3"
+    (p / "checkpoint-manifest.json").write_text(json.dumps(manifest))
+    _reseal(p)
+
+
 def _mixed_prefix(p: Path) -> None:
     _rewrite(p, lambda s: s.update({"model.head.head.bias": s.pop("head.head.bias")}))
 
@@ -91,6 +98,7 @@ REFUSALS = {
     "extra_key": (_extra_key, "no place in WanTransformer3DModel: 1 (blocks.0.cam_self_attn.q_proj.weight)"),
     "wrong_shape": (_wrong_shape, "blocks.0.attn1.to_q.weight has shape [64, 32]"),
     "mixed_prefix": (_mixed_prefix, "start with 'model.'"),
+    "other_family": (_other_family, "contract family 'minimax_h3'; only 'wan22_ti2v_5b' packages convert"),
 }
 
 
@@ -143,6 +151,10 @@ def test_existing_out_and_missing_role_are_refused(tiny_packages, tmp_path, caps
     out.mkdir()
     assert main(["convert", "official", str(tiny_packages["stage0p5"]), "--out", str(out)]) == 2
     assert "exists" in capsys.readouterr().err and list(out.iterdir()) == []
+    bad_role = tmp_path / "bad_role"
+    assert main(["convert", "official", str(tiny_packages["stage0p5"]), "--out", str(bad_role), "--weights", "best"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "weights" in err and not bad_role.exists()
     package = write_package(tmp_path / "live_only", {"generator": {"x": torch.zeros(1)}})
     _refused(["convert", "official", str(package), "--out", str(tmp_path / "o")], tmp_path / "o", capsys,
              "no 'generator_ema' state for role 'ema'")
