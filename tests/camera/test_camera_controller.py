@@ -1,4 +1,4 @@
-"""The twist integrator of `solarwm play` and the SE(3) exponential map it uses (issue #32 §2)."""
+"""The twist integrator of `solarwm play` and the SE(3) exponential map it uses."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One pixel convention end to end: the renderer, its K, and COLMAP's keypoints (issue #33's convention check).
+"""One pixel convention end to end: the renderer, its K, and COLMAP's keypoints.
 
 The project's convention (``solarwm.camera.intrinsics``): the centre of pixel column ``j`` is at
 ``u = j + 0.5``, ``cx = W / 2`` for a centred principal point. COLMAP's is the same. A half-pixel

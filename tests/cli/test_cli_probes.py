@@ -1,4 +1,4 @@
-"""Defects found by probing the CLI (#29 §4): each bad input ends in one line, `solarwm <verb>: error: ...`, exit 2
+"""Defects found by probing the CLI: each bad input ends in one line, `solarwm <verb>: error: ...`, exit 2
 (or is a failed record of its clip), leaves nothing behind, and never stores or prints a credential."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every shipped recipe parses, composes from one route file and one stage file, moves whole with ``--root``, and
-resolves to the frozen config in tests/fixtures/resolved_recipes.json (the refactor of #30 changed no number).
+resolves to the frozen config in tests/fixtures/resolved_recipes.json (the refactor that introduced composition changed no number).
 
 After an intended change of a recipe value, refreeze and review the diff of the JSON:
     python tests/cli/test_recipes_compose.py --freeze

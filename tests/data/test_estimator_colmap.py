@@ -1,6 +1,6 @@
 """The ``colmap`` estimator (pycolmap SfM) and the metric scale, on rendered worlds with exact cameras.
 
-Bounds (issue #33), 81 frames at 160×120, 16 fps, fov 70°, after ``sim3.trajectory_errors``
+Bounds, 81 frames at 160×120, 16 fps, fov 70°, after ``sim3.trajectory_errors``
 (rotation from the orientations, scale and translation from the centres):
 
 * known K, walk-and-turn arc and orbit (SIFT on 2×-enlarged frames; the checked mapper keeps the

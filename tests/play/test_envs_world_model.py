@@ -1,4 +1,4 @@
-"""`solarwm/WorldModel-v0`: one step is one block under a camera twist (issue #32 §4)."""
+"""`solarwm/WorldModel-v0`: one step is one block under a camera twist."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""On the shipped tiny model, a held yaw turns the generated view the commanded way (issue #32 §6).
+"""On the shipped tiny model, a held yaw turns the generated view the commanded way.
 
 The frames are the ones `solarwm play` streams (JPEG over the WebSocket); the rotation between frames
 i and i+4 is estimated from pixels alone by `solarwm.metrics.camera_following.estimate_relative_pose`.

@@ -1,4 +1,4 @@
-"""`solarwm play`'s wire protocol through the real server and a plain WebSocket client (issue #32 §3, §6).
+"""`solarwm play`'s wire protocol through the real server and a plain WebSocket client.
 
 One server (tiny random-weight causal adapter, --max_sessions 1, --record) serves the tests in order.
 """

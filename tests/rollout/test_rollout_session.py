@@ -1,4 +1,4 @@
-"""RolloutSession: the rollout as a stepwise session (issue #32 §1)."""
+"""RolloutSession: the rollout as a stepwise session."""
 
 from __future__ import annotations
 
