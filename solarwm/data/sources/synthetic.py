@@ -14,6 +14,7 @@ rejection path of the data engine can be exercised on real files.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -161,6 +162,15 @@ def make_scene(rng: np.random.Generator, c2w: np.ndarray | None = None, clearanc
                 n_placed[kind] += 1
                 break
 
+    # Scenery along a long path, past where a short clip's camera ever goes (short clips' worlds stay as they were).
+    along = _along_path(copy.deepcopy(rng), pos, fwd, clearance)  # a copy: the caller's draws stay the same
+    for lo, hi, mat, kind in along:
+        lo_list.append(lo)
+        hi_list.append(hi)
+        mats.append(mat)
+        kinds.append(kind)
+        n_placed[kind] += 1
+
     scene = Scene(
         ground=ground,
         box_lo=np.asarray(lo_list, np.float32).reshape(-1, 3),
@@ -179,6 +189,50 @@ def make_scene(rng: np.random.Generator, c2w: np.ndarray | None = None, clearanc
               "wall_height": height, **{f"{k}s": v for k, v in n_placed.items()}},
     )
     return scene
+
+
+#: Along-path scenery stands only where the camera is farther than this from its start (metres, horizontally):
+#: beyond every short clip's reach (a 10 s walk at the fastest 2 m/s is 20 m), so short clips' worlds are unchanged.
+ALONG_PATH_AFTER_M = 24.0
+#: One object of along-path scenery every this many metres of travel (on alternate sides of the path).
+ALONG_PATH_SPACING_M = 3.0
+#: A step longer than this (metres) is the seam between two concatenated paths (the views of one world), not travel.
+_SEAM_M = 5.0
+
+
+def _along_path(
+    rng: np.random.Generator, pos: np.ndarray, fwd: np.ndarray, clearance: float
+) -> list[tuple[np.ndarray, np.ndarray, Material, str]]:
+    """A crate or pillar every ``ALONG_PATH_SPACING_M`` of travel where the path is past ``ALONG_PATH_AFTER_M``.
+
+    Each stands ahead of the camera where it passes its mark, 1.5-6 m to alternate sides of its heading, so a walk
+    of minutes or hours keeps passing content. Objects keep ``clearance`` from every camera position near them.
+    """
+    steps = np.linalg.norm(np.diff(pos[:, :2], axis=0), axis=1)
+    travel = np.concatenate([[0.0], np.cumsum(np.where(steps > _SEAM_M, 0.0, steps))])
+    far = np.linalg.norm(pos[:, :2] - pos[:1, :2], axis=1) > ALONG_PATH_AFTER_M
+    if not far.any():
+        return []
+    out, last = [], -np.inf
+    obj_kinds = ("checker", "stripes", "noise", "solid", "bricks", "checker", "stripes")
+    for k in np.flatnonzero(far):
+        if travel[k] - last < ALONG_PATH_SPACING_M:
+            continue
+        last = travel[k]
+        heading = fwd[k, :2] / max(np.linalg.norm(fwd[k, :2]), 1e-6)
+        side = np.array([-heading[1], heading[0]])
+        near = pos[np.linalg.norm(pos[:, :2] - pos[k, :2], axis=1) < 20.0]
+        sign = 1.0 if len(out) % 2 else -1.0
+        kind = "pillar" if rng.random() < 0.3 else "crate"
+        centre = pos[k, :2] + heading * rng.uniform(2.0, 8.0) + sign * side * rng.uniform(1.5, 6.0)
+        half = np.full(2, rng.uniform(0.15, 0.45)) if kind == "pillar" else rng.uniform(0.25, 0.8, 2)
+        h = rng.uniform(2.0, 6.0) if kind == "pillar" else rng.uniform(0.4, 1.6)
+        lo = np.array([centre[0] - half[0], centre[1] - half[1], 0.0])
+        hi = np.array([centre[0] + half[0], centre[1] + half[1], h])
+        material = _material(rng, obj_kinds, OBJECT_COLOURS, (0.2, 0.6))
+        if _box_distance(near, lo, hi).min() > clearance:
+            out.append((lo, hi, material, kind))
+    return out
 
 
 def _count_words(n: int, word: str) -> str:
@@ -317,10 +371,27 @@ def sample_trajectory(
             segments.append(T.orbit(n, sign * rng.uniform(10.0, 30.0) * sec, radius=rng.uniform(2.5, 6.0)))
         else:  # walking while turning
             segments.append(T.Segment(n, forward=rng.uniform(0.5, 1.5) * sec, yaw=sign * rng.uniform(5.0, 25.0) * sec))
-    return T.compose_segments(
+    traj = T.compose_segments(
         segments, fps=fps, width=width, height=height, fov_x_deg=start.fov_x,
         start=(0.0, 0.0, start.z), start_yaw=start.yaw, start_pitch=start.pitch,
     )
+    if steps_total / fps > LEVEL_AFTER_S:
+        traj = _keep_above_ground(traj)
+    return traj
+
+
+#: Clips longer than this (seconds) keep the camera between ``CAMERA_Z`` metres: a walk follows the camera's
+#: pitched axis, so a minute of walking while looking down would go through the ground (a short clip's few
+#: metres stay as they always were).
+LEVEL_AFTER_S = 20.0
+CAMERA_Z = (0.5, 3.0)
+
+
+def _keep_above_ground(traj: T.Trajectory) -> T.Trajectory:
+    """``traj`` with its camera heights clamped into ``CAMERA_Z`` (the walker goes on level, looking as before)."""
+    c2w = traj.c2w.copy()
+    c2w[:, 2, 3] = np.clip(c2w[:, 2, 3], *CAMERA_Z)
+    return T.Trajectory(c2w, traj.K, traj.fps, traj.width, traj.height)
 
 
 def render_clip(scene: Scene, traj: T.Trajectory) -> np.ndarray:
