@@ -28,12 +28,15 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 #: motion family -> the test worlds' overrides of the recipe's ``data.test_synth`` (None: the recipe's own).
 FAMILIES = {"mixed": None, "slow_pan": {"motion": "slow_pan", "seed": 1001}}
 COLUMNS = ("psnr", "psnr_static", "psnr_wrong_camera", "ssim", "cam_rot_err_deg", "cam_rot_err_deg_gt",
-           "cam_trans_dir_err_deg", "cam_trans_dir_err_deg_gt", "cam_pairs")
+           "cam_trans_dir_err_deg", "cam_trans_dir_err_deg_gt", "cam_pairs", "camera_top1")
 RESAMPLES = 2000
 
 
-def stage_test(out: Path, stage: str, recipe: str, family: str) -> tuple[dict[str, float], list[dict]]:
-    """Run `solarwm test` on the stage's last checkpoint: its ``test/`` metrics and its per-video records."""
+def stage_test(out: Path, stage: str, recipe: str, family: str) -> tuple[dict[str, float], list[dict], list[dict]]:
+    """Run `solarwm test` on the stage's last checkpoint: its ``test/`` metrics, per-video and multi-view records.
+
+    The multi-view worlds (``test/camera_top1``) are scored with the recipe's own test family only.
+    """
     args = ["test", "--config", str(RECIPES / f"{recipe}.yaml"), "--root", str(out),
             "--ckpt_path", str(out / stage / "last.ckpt"), "--trainer.logger", "false"]
     overrides = FAMILIES[family]
@@ -41,10 +44,26 @@ def stage_test(out: Path, stage: str, recipe: str, family: str) -> tuple[dict[st
         args += ["--data.init_args.test_corpus_dir", str(out / f"test_{family}")]
         for key, value in overrides.items():
             args += [f"--data.init_args.test_synth.{key}", str(value)]
+        args += ["--data.init_args.test_multiview_dir", "null", "--data.init_args.test_multiview", "null"]
     cli = SolarCLI(args=args)
     metrics = {k.removeprefix("test/"): round(float(v), 4) for k, v in cli.trainer.callback_metrics.items()
                if k.startswith("test/")}
-    return metrics, cli.model.test_records
+    return metrics, cli.model.test_records, getattr(cli.model, "multiview_records", [])
+
+
+def camera_top1(records: list[dict], seed: int = 0) -> dict[str, float]:
+    """``test/camera_top1`` with a 95% bootstrap interval over the multi-view worlds (their views resampled together)."""
+    worlds: dict[int, list[bool]] = {}
+    for r in records:
+        worlds.setdefault(r["world"], []).append(bool(r["top1"]))
+    hits = np.array([sum(v) for v in worlds.values()], dtype=float)
+    views = np.array([len(v) for v in worlds.values()], dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(len(hits), size=(RESAMPLES, len(hits)))
+    lo, hi = np.percentile(hits[picks].sum(1) / views[picks].sum(1), [2.5, 97.5])
+    return {"value": round(float(hits.sum() / views.sum()), 3), "lo": round(float(lo), 3), "hi": round(float(hi), 3),
+            "chance": round(float(1.0 / views.mean()), 3), "worlds": len(hits),
+            "margin_db_median": round(float(np.median([r["margin_db"] for r in records])), 3)}
 
 
 def _by_world(records: list[dict], num_worlds: int) -> list[list[dict]]:
@@ -98,6 +117,10 @@ def print_table(results: dict) -> None:
             f"{k} {v['value']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]" for k, v in t.items() if "value" in v)
             + f"; pairs with parallax (generated / ground truth / all): {t['parallax_pairs']['generated']} / "
               f"{t['parallax_pairs']['ground_truth']} / {t['parallax_pairs']['pairs']}")
+        top1 = stages["stage3"].get("camera_top1")
+        if top1:
+            print(f"stage 3, camera top-1 on {top1['worlds']} multi-view worlds: {top1['value']:.2f} "
+                  f"[{top1['lo']:.2f}, {top1['hi']:.2f}] (chance {top1['chance']:.2f}; median margin {top1['margin_db_median']:.2f} dB)")
 
 
 def main() -> None:
@@ -106,10 +129,12 @@ def main() -> None:
     for family in FAMILIES:
         results[family] = {}
         for stage, recipe in STAGES.items():
-            metrics, records = stage_test(out, stage, recipe, family)
+            metrics, records, multiview = stage_test(out, stage, recipe, family)
             num_worlds = len(records) // max(1, _draws(out, recipe))
             results[family][stage] = {"metrics": metrics, "targets": targets(records, num_worlds),
                                       "records": records}
+            if multiview:
+                results[family][stage].update(camera_top1=camera_top1(multiview), multiview_records=multiview)
     (out / "metrics.json").write_text(json.dumps(results, indent=1) + "\n")
     print_table(results)
     print(f"\nwrote {out / 'metrics.json'}")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The paper's three-stage recipe end to end on the embedded default (CPU, no weights, no datasets):
 #   render worlds -> stage 1 (bidirectional) -> stage 2 (TF-AnyFlow) -> stage 3 (DMD) -> `solarwm test` each.
-# Writes OUT/{corpus,test_mixed}, OUT/stage{1,2,3}/{adapter/,last.ckpt}, OUT/metrics.json and prints the metrics
-# tables: unseen worlds with the default 6-DoF motion and with slow pans (examples/stage_metrics.py).
+# Writes OUT/{corpus,test_mixed,test_multiview}, OUT/stage{1,2,3}/{adapter/,last.ckpt}, OUT/metrics.json,
+# OUT/long_horizon.json and prints the metrics tables: unseen worlds with the default 6-DoF motion and with slow pans
+# (examples/stage_metrics.py, with camera top-1 on multi-view worlds), then one minute of unseen worlds
+# (benchmarks/long_horizon.py).
 #   bash examples/three_stages.sh [OUT]        (default OUT: outputs/three_stages)
 set -euo pipefail
 OUT=${1:-outputs/three_stages}
@@ -37,3 +39,6 @@ for stage in bid tf dmd; do
 done
 
 python examples/stage_metrics.py "$OUT"
+# Beside the short clips: stage 3 over one minute of unseen worlds (per 5-s window: detail ratio, PSNR over the
+# first frame repeated); the truths are rendered once into OUT/long_truth.
+python benchmarks/long_horizon.py "$OUT/stage3/adapter" --worlds 12 --cache "$OUT/long_truth" --json "$OUT/long_horizon.json"
