@@ -31,6 +31,7 @@ from diffusers.pipelines.ltx2.connectors import LTX2ConnectorTransformer1d
 from solarwm.backbones.base import AdapterError
 from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.prope import prope_attention
+from solarwm.kernels.ulysses import SequenceParallel
 
 
 class LTXAttentionError(AdapterError):
@@ -52,6 +53,7 @@ class LTXAttentionContext:
     kv_K: torch.Tensor | None = None
     kv_freqs: tuple[torch.Tensor, torch.Tensor] | None = None
     commit: bool = False
+    sequence_tokens: int | None = None  # the full token count under sequence parallelism (set by its caller)
 
 
 class ContextRotary(tuple):
@@ -78,6 +80,12 @@ def ltx_rope_freqs(
     return cos, sin
 
 
+def _rank_heads(freqs: tuple[torch.Tensor, torch.Tensor], sp: SequenceParallel) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary tables of this rank's ``H/P`` heads: split tables ``[B, H, N, r]``, interleaved ``[B, N, H*D]``."""
+    dim = 1 if freqs[0].dim() == 4 else -1
+    return tuple(t.chunk(sp.size, dim=dim)[sp.rank] for t in freqs)
+
+
 def _rotate(attn: LTX2Attention, x: torch.Tensor, freqs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """LTX's RoPE on ``x [B, N, heads*dim]`` exactly as ``LTX2AudioVideoAttnProcessor`` applies it."""
     if attn.rope_type == "interleaved":
@@ -95,6 +103,7 @@ class PRoPELTXAttnProcessor:
     def __init__(self, head_dims: tuple[int, int] | None = None, layer_index: int = 0) -> None:
         self.head_dims = slice(*head_dims) if head_dims is not None else None
         self.layer_index = layer_index
+        self.sequence_parallel: SequenceParallel | None = None  # Ulysses group (kernels.ulysses)
 
     def __call__(
         self,
@@ -118,25 +127,32 @@ class PRoPELTXAttnProcessor:
         query = attn.norm_q(attn.to_q(hidden_states))
         key = attn.norm_k(attn.to_k(hidden_states))
         value = attn.to_v(hidden_states)
-        query = _rotate(attn, query, query_rotary_emb)
+        heads, q_freqs, kv_freqs = attn.heads, query_rotary_emb, ctx.kv_freqs
+        sp = self.sequence_parallel
+        if sp is not None:  # from here to the output: all tokens, H/P heads (and those heads' rotary tables)
+            heads = attn.heads // sp.size
+            query, key, value = (sp.to_heads(t.unflatten(2, (attn.heads, -1)), ctx.sequence_tokens).flatten(2)
+                                 for t in (query, key, value))
+            q_freqs = _rank_heads(query_rotary_emb, sp)
+            kv_freqs = _rank_heads(kv_freqs, sp) if kv_freqs is not None else None
+        query = _rotate(attn, query, q_freqs)
 
         if ctx.cache is None:
-            key = _rotate(attn, key, query_rotary_emb)
+            key = _rotate(attn, key, q_freqs)
             kv_viewmats, kv_K = ctx.viewmats, ctx.K
             mask = attention_mask if attention_mask is not None else ctx.attn_mask
         else:
-            key, value = key.unflatten(2, (attn.heads, -1)), value.unflatten(2, (attn.heads, -1))
+            key, value = key.unflatten(2, (heads, -1)), value.unflatten(2, (heads, -1))
             if ctx.commit:
                 ctx.cache.stage(self.layer_index, key, value)
             past_k, past_v = ctx.cache.layer(self.layer_index)
             if past_k is not None:
                 key = torch.cat([past_k.to(key.dtype), key], 1)
                 value = torch.cat([past_v.to(value.dtype), value], 1)
-            key = _rotate(attn, key.flatten(2), ctx.kv_freqs)
+            key = _rotate(attn, key.flatten(2), kv_freqs)
             value = value.flatten(2)
             kv_viewmats, kv_K, mask = ctx.kv_viewmats, ctx.kv_K, None  # the query block sees its window
 
-        heads = attn.heads
         q = query.unflatten(2, (heads, -1)).transpose(1, 2)
         k = key.unflatten(2, (heads, -1)).transpose(1, 2)
         v = value.unflatten(2, (heads, -1)).transpose(1, 2)
@@ -145,6 +161,8 @@ class PRoPELTXAttnProcessor:
             head_dims=self.head_dims, attn_mask=mask,
         )
         out = out.transpose(1, 2).to(query.dtype)  # [B, N, H, D]
+        if sp is not None:
+            out = sp.to_tokens(out)
         if gate_logits is not None:
             out = out * (2.0 * torch.sigmoid(gate_logits)).unsqueeze(-1)
         out = attn.to_out[0](out.flatten(2, 3))

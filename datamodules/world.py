@@ -303,11 +303,13 @@ class WorldDataModule(pl.LightningDataModule):
 
     # ---------------------------------------------------------------- loaders
     def train_sampler(self, num_replicas: int | None = None, rank: int | None = None) -> RepeatSampler:
-        """The rank-aware sampler of the training occurrences (the Trainer's world by default)."""
+        """The rank-aware sampler of the training occurrences (the strategy's data-parallel ranks by default)."""
+        # The strategy's data-parallel share: a sequence-parallel group's ranks read the same samples.
+        share = getattr(self.trainer.strategy, "distributed_sampler_kwargs", None) if self.trainer is not None else None
         if num_replicas is None:
-            num_replicas = self.trainer.world_size if self.trainer is not None else 1
+            num_replicas = share["num_replicas"] if share else self.trainer.world_size if self.trainer is not None else 1
         if rank is None:
-            rank = self.trainer.global_rank if self.trainer is not None else 0
+            rank = share["rank"] if share else self.trainer.global_rank if self.trainer is not None else 0
         return RepeatSampler(len(self.train_dataset), num_replicas, rank, shuffle=self.shuffle, seed=self.seed)
 
     def train_dataloader(self) -> DataLoader:

@@ -1,6 +1,7 @@
 """Multi-process tests (gloo on CPU processes): every test here is marked ``multiprocess``.
 
-Shared helpers live in ``dist_helpers.py`` (spawned workers import it by name, so it is not a conftest).
+Shared helpers: ``tests/support/dist_helpers.py`` (spawning gloo workers, ``solarwm fit`` on N processes) and
+``tests/support/route_inputs.py`` (tiny routes and a real call on an odd latent frame count).
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def _processor_worker(rank: int, world: int, route: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("route", ["wan22_ti2v_5b", "wan22_i2v_14b", "minimax_h3"])
+@pytest.mark.parametrize("route", ["wan22_ti2v_5b", "wan22_i2v_14b", "ltx25", "minimax_h3"])
 def test_route_processor_under_ulysses_equals_one_process(route: str) -> None:
     spawn(_processor_worker, 2, route)
 

@@ -1,8 +1,8 @@
 """Helpers the multi-process tests share: spawning gloo workers, and driving ``solarwm fit`` on N CPU processes.
 
 Workers run under ``torch.multiprocessing.spawn`` (fresh interpreters that import this module by name: the
-test folder is on ``sys.path``). The CLI runs go through a subprocess because Lightning's launcher re-executes
-the running script for the other ranks, which must be the CLI and not pytest.
+parent's ``sys.path``, tests/support included, goes with them). The CLI runs go through a subprocess because
+Lightning's launcher re-executes the running script for the other ranks, which must be the CLI and not pytest.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -19,9 +18,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
 
-TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parents[1]
-RECIPES = ROOT / "recipes"
+from commands import solarwm_argv
+from routes import RECIPES
+
+SUPPORT = Path(__file__).resolve().parent
 
 
 def _entry(rank: int, world: int, init_file: str, fn: Callable[..., Any], args: tuple) -> None:
@@ -62,11 +62,11 @@ def fit_overlay(root: Path, corpus: Path, devices: int, batch_size: int, steps: 
 
 
 def fit(recipe: str, overlay: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``python -m solarwm.cli fit --config <recipe> --config <overlay> [extra]`` in a fresh process group."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    """``solarwm fit --config <recipe> --config <overlay> [extra]`` in a subprocess (its ranks: its children)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
     env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
-        [sys.executable, "-m", "solarwm.cli", "fit", "--config", str(RECIPES / recipe), "--config", str(overlay), *extra],
+        [*solarwm_argv(), "fit", "--config", str(RECIPES / recipe), "--config", str(overlay), *extra],
         capture_output=True, text=True, timeout=900, env=env,
     )
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-6000:])

@@ -1,0 +1,32 @@
+"""Ulysses sequence parallelism as recipes and the strategy state it, in one process (the 2-process runs:
+tests/distributed/test_ulysses_attention.py and test_sequence_parallel_stages.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from routes import RECIPES, published_recipes
+from solarwm.backbones.sequence_parallel import BLOCK_TOKEN_ARGS
+from solarwm.strategies import RouteFSDPStrategy
+from solarwm.train_cli import parse_recipe
+
+ROUTES = published_recipes()  # recipe prefix -> registered route
+
+
+@pytest.mark.parametrize("stage", ["bid", "tf", "dmd"])
+@pytest.mark.parametrize("short", sorted(ROUTES))
+def test_published_recipes_state_their_sequence_parallel_size(short: str, stage: str) -> None:
+    """The H3 recipes split each sample over 2 GPUs, as the official runs; the others keep P = 1."""
+    spec = parse_recipe(str(RECIPES / f"{short}_{stage}.yaml")).trainer.strategy
+    strategy = RouteFSDPStrategy(**vars(spec.init_args))
+    assert strategy.sequence_parallel_size == (2 if ROUTES[short] == "minimax_h3" else 1)
+    if strategy.sequence_parallel_size > 1:
+        from solarwm.backbones.base import route_class
+
+        assert route_class(ROUTES[short]).transformer_block in BLOCK_TOKEN_ARGS  # the route can run it
+
+
+def test_a_bad_sequence_parallel_size_is_a_named_error() -> None:
+    for bad in (0, -2, 1.5):
+        with pytest.raises(ValueError, match="sequence_parallel_size must be a positive int"):
+            RouteFSDPStrategy(sequence_parallel_size=bad)

@@ -1,0 +1,71 @@
+"""Ulysses sequence parallelism (``sequence_parallel_size: 2``) on 2 gloo processes logs the losses of 1 process.
+
+Every stage runs through the real CLI (``solarwm fit`` in a subprocess: Lightning re-executes the CLI for rank
+1) with ``RouteFSDPStrategy(sequence_parallel_size=2)``: one data-parallel rank, a group of 2 that reads the
+same batch of 2 samples and splits each sample's tokens. The reference is 1 process with the same global batch.
+The clips have 9 frames = 3 latent frames, which do not divide by 2, so the split falls inside a frame.
+What makes them equal: the loss is taken on the gathered prediction (the same on both ranks), every sample's
+noise comes from its ``sample_index`` stream, and the FSDP reduce-scatter sums the group's partial gradients.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dist_helpers import fit, fit_overlay, logged
+
+from solarwm.train_cli import main
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
+GLOBAL_BATCH = 2
+STEPS = 3
+SP = {"class_path": "solarwm.strategies.RouteFSDPStrategy", "init_args": {"sequence_parallel_size": 2}}
+DATA = {"num_frames": 9}
+
+
+@pytest.fixture(scope="module")
+def corpus(render_corpus) -> Path:
+    """5 rendered 9-frame clips: 1 held out, 4 for training."""
+    return render_corpus(clips=5, frames=9, width=48, height=32, fps=8.0, seed=0)
+
+
+def _fit_both(tmp_path: Path, corpus: Path, recipe: str, steps: int = STEPS, model: dict | None = None) -> tuple[Path, Path]:
+    """The recipe on 1 process (in this process) and with sequence_parallel_size 2 on 2 processes (the CLI)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    overlay = fit_overlay(one, corpus, 1, GLOBAL_BATCH, steps, model=model, data=DATA)
+    assert main(["fit", "--config", str(Path(__file__).parents[2] / "recipes" / recipe), "--config", str(overlay)]) == 0
+    result = fit(recipe, fit_overlay(two, corpus, 2, GLOBAL_BATCH, steps, strategy=SP, model=model, data=DATA))
+    assert "Starting with 2 processes" in result.stderr + result.stdout
+    return one, two
+
+
+def _assert_same(one: Path, two: Path, key: str, steps: int) -> None:
+    single, parallel = logged(one, key), logged(two, key)
+    assert sorted(single) == sorted(parallel) and len(single) == steps, (single, parallel)
+    for step in single:
+        assert parallel[step] == pytest.approx(single[step], rel=1e-4, abs=1e-6), (key, step, single, parallel)
+
+
+def test_stage1_sequence_parallel_equals_one_process(tmp_path, corpus) -> None:
+    one, two = _fit_both(tmp_path, corpus, "tiny_bid.yaml")
+    _assert_same(one, two, "train/loss", STEPS)
+    assert len({round(v, 4) for v in logged(one, "train/loss").values()}) == STEPS  # the loss moves
+
+
+def test_stage2_tf_anyflow_sequence_parallel_equals_one_process(tmp_path, corpus) -> None:
+    """Teacher forcing ([clean | noisy] under its block-causal mask) and the flow map's (t, r) pairs."""
+    model = {"init_from": None, "diffusion_ratio": 0.5, "consistency_ratio": 0.25}
+    one, two = _fit_both(tmp_path, corpus, "tiny_tf.yaml", model=model)
+    _assert_same(one, two, "train/loss", STEPS)
+    _assert_same(one, two, "train/flow_loss", STEPS)
+
+
+def test_stage3_dmd_sequence_parallel_equals_one_process(tmp_path, corpus) -> None:
+    """DMD's three roles (generator rollout, teacher and critic scores): critic every step, student on step 2."""
+    model = {"init_from": None, "student_update_every": 2}
+    one, two = _fit_both(tmp_path, corpus, "tiny_dmd.yaml", steps=STEPS + 1, model=model)  # 3 outer steps
+    _assert_same(one, two, "train/critic_loss", STEPS)
+    assert logged(one, "train/student_loss")  # the student did update
+    _assert_same(one, two, "train/student_loss", len(logged(one, "train/student_loss")))
