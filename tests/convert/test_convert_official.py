@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 import torch
-from conftest import TINY_ARCH, write_package
+from official_packages import TINY_ARCH, write_package
 
 import solarwm.convert as convert
 from solarwm.cli import main

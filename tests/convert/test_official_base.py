@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import wan_module
+from official_packages import wan_module
 from diffusers import AutoencoderKLWan
 from transformers import UMT5Config, UMT5EncoderModel
 

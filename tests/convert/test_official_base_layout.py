@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import torch
-from conftest import TINY_ARCH
+from official_packages import TINY_ARCH
 
 import solarwm.convert as convert
 from solarwm.backbones.base import load_adapter, read_adapter_json

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TINY_ARCH
+from official_packages import TINY_ARCH
 
 from solarwm.backbones.base import load_adapter, read_adapter_json
 from solarwm.cli import main
