@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device.py"
 
 
+@pytest.mark.slow  # a subprocess that imports the model stack and converts: ~35 s on 2 cores
 def test_official_section_converts_and_rolls_out_at_tiny_size() -> None:
     result = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--official", "--skip", "attention",
                              "train_step", "rollout"], capture_output=True, text=True, timeout=600)
