@@ -17,7 +17,8 @@ class CodecError(ValueError):
     """A video/latent tensor does not fit the codec's geometry (the message names the check)."""
 
 
-def _check_video(video: torch.Tensor, temporal: int, spatial: int, who: str) -> None:
+def check_video(video: torch.Tensor, temporal: int, spatial: int, who: str) -> None:
+    """Refuse a video that is not ``[B, 3, F, H, W]`` with ``F = temporal*n + 1`` and ``H, W`` divisible by ``spatial``."""
     if video.dim() != 5 or video.shape[1] != 3:
         raise CodecError(f"{who}: video must be [B, 3, F, H, W], got {tuple(video.shape)}")
     frames, height, width = video.shape[2:]
@@ -50,7 +51,7 @@ class PatchifyCodec(torch.nn.Module):
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         """``video [B, 3, F, H, W]`` -> ``[B, 3*t*s*s, (F-1)/t + 1, H/s, W/s]``."""
         t, s = self.temporal_compression, self.spatial_compression
-        _check_video(video, t, s, "PatchifyCodec.encode")
+        check_video(video, t, s, "PatchifyCodec.encode")
         b, c, _, height, width = video.shape
         x = torch.cat([video[:, :, :1].expand(b, c, t, height, width), video[:, :, 1:]], dim=2)
         f = x.shape[2] // t
@@ -132,7 +133,7 @@ class WanVAECodec(torch.nn.Module):
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         """``video [B, 3, F, H, W]`` in [-1, 1] -> normalised latents ``[B, z_dim, (F-1)/4 + 1, H/16, W/16]``."""
-        _check_video(video, self.temporal_compression, self.spatial_compression, "WanVAECodec.encode")
+        check_video(video, self.temporal_compression, self.spatial_compression, "WanVAECodec.encode")
         z = self.vae.encode(video.to(self.vae.dtype)).latent_dist.mode().float()
         return (z - self.latents_mean) / self.latents_std
 

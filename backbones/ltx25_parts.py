@@ -15,7 +15,7 @@ from diffusers import AutoencoderKLLTX2Video
 from safetensors import safe_open
 
 from solarwm.backbones.base import AdapterError
-from solarwm.backbones.codecs import _check_video
+from solarwm.backbones.codecs import check_video
 
 
 class LTXVAECodec(nn.Module):
@@ -36,7 +36,7 @@ class LTXVAECodec(nn.Module):
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         """``video [B, 3, 8n+1, H, W]`` in [-1, 1] -> normalised latents ``[B, C, n+1, H/32, W/32]``."""
-        _check_video(video, self.temporal_compression, self.spatial_compression, "LTXVAECodec.encode")
+        check_video(video, self.temporal_compression, self.spatial_compression, "LTXVAECodec.encode")
         z = self.vae.encode(video.to(self.vae.dtype)).latent_dist.mode().float()
         mean, std = self._stats(z)
         return (z - mean) * self.scaling / std

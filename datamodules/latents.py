@@ -45,7 +45,7 @@ from safetensors.torch import save as save_safetensors
 
 from solarwm.data.executor import map_tasks
 from solarwm.data.index import read_index, write_rows
-from solarwm.data.release import _npy_bytes, _npz_bytes, sample_key
+from solarwm.data.release import npy_bytes, npz_bytes, sample_key
 from solarwm.datamodules.view_rows import is_view_row, load_view_row, view_tag  # noqa: F401  (the view's row reader)
 from solarwm.util.atomic import atomic_write_bytes
 
@@ -176,8 +176,8 @@ def _encode_sample(adapter: Any, item: dict[str, Any], device: str) -> dict[str,
     return {
         "latents.safetensors": save_safetensors({"latents": latents}),
         "text.safetensors": save_safetensors(text),
-        "camera.npz": _npz_bytes(c2w=item["c2w"].numpy().astype(np.float32)),
-        "intrinsics.npy": _npy_bytes(item["K"].numpy().astype(np.float32)),
+        "camera.npz": npz_bytes(c2w=item["c2w"].numpy().astype(np.float32)),
+        "intrinsics.npy": npy_bytes(item["K"].numpy().astype(np.float32)),
     }
 
 

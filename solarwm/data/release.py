@@ -73,19 +73,20 @@ def sample_key(sample_id: str) -> str:
     return _KEY_UNSAFE.sub("_", sample_id)
 
 
-def _npy_bytes(array: np.ndarray) -> bytes:
+def npy_bytes(array: np.ndarray) -> bytes:
+    """An ``.npy`` file's bytes (``np.save``)."""
     buf = io.BytesIO()
     np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
     return buf.getvalue()
 
 
-def _npz_bytes(**arrays: np.ndarray) -> bytes:
+def npz_bytes(**arrays: np.ndarray) -> bytes:
     """An ``.npz`` (readable by ``np.load``) with fixed zip timestamps, so reruns are byte-identical."""
     # np.savez stamps each zip entry with the current time; a resumed pack must reproduce bytes.
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
         for name, array in arrays.items():
-            zf.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), _npy_bytes(array))
+            zf.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), npy_bytes(array))
     return buf.getvalue()
 
 
@@ -115,8 +116,8 @@ def _sample_members(clip_dir: Path, meta: dict, key: str) -> dict[str, bytes]:
     }
     return {
         "video.mp4": (clip_dir / "video.mp4").read_bytes(),
-        "camera.npz": _npz_bytes(c2w=np.asarray(clip.c2w, dtype=np.float32)),
-        "intrinsics.npy": _npy_bytes(np.asarray(clip.K, dtype=np.float32)),
+        "camera.npz": npz_bytes(c2w=np.asarray(clip.c2w, dtype=np.float32)),
+        "intrinsics.npy": npy_bytes(np.asarray(clip.K, dtype=np.float32)),
         "manifest.json": (json.dumps(manifest, sort_keys=True, ensure_ascii=False, indent=1) + "\n").encode("utf-8"),
         "prompt.txt": (meta.get("caption", "") + "\n").encode("utf-8"),
     }

@@ -139,6 +139,16 @@ def test_no_import_cycle_inside_a_unit(unit):
     assert not found, f"import cycles inside {unit!r}: " + "; ".join(" <-> ".join(c) for c in found)
 
 
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_private_name_is_imported_from_another_module(name):
+    """A leading underscore means "this module's own": another module that needs it needs a public name."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    bad = [f"{MODULES[name].relative_to(ROOT)}:{node.lineno} imports {a.name} from {node.module}"
+           for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("solarwm")
+           for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
 def test_the_cycle_check_finds_a_cycle_and_passes_a_chain():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
