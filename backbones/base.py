@@ -248,7 +248,7 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
         return torch.arange(num_latent_frames, dtype=torch.long) * self.temporal_compression
 
     def latent_camera_frames(self, num_latent_frames: int) -> torch.Tensor:
-        """LongTensor ``[f]``: the pixel frame whose camera latent frame i carries (default: ``latent_to_pixel_frame``)."""
+        """LongTensor ``[f]``: the pixel frame whose camera latent frame i carries (default: latent_to_pixel_frame)."""
         return self.latent_to_pixel_frame(num_latent_frames)
 
     def tokens_per_frame(self, latent_height: int, latent_width: int) -> int:

@@ -72,7 +72,9 @@ def resolve_architecture(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
         if isinstance(arch[name], bool) or not isinstance(arch[name], int) or arch[name] < 1:
             raise OfficialCheckpointError(f"--architecture: {name} must be a positive integer, got {arch[name]!r}")
     if arch["dim"] % arch["num_heads"] or (arch["dim"] // arch["num_heads"]) % 2:
-        raise OfficialCheckpointError(f"--architecture: dim {arch['dim']} must split into {arch['num_heads']} even heads")
+        raise OfficialCheckpointError(
+            f"--architecture: dim {arch['dim']} must split into {arch['num_heads']} even heads"
+        )
     # What the route builds (``WanRouteConfig.transformer_kwargs``): anything else could not hold these weights.
     fixed = {"in_dim": 48, "out_dim": 48, "eps": 1e-6, "qk_norm": True, "cross_attn_norm": True}
     wrong = [f"{k}={arch[k]!r} (the route needs {v!r})" for k, v in fixed.items() if arch[k] != v]

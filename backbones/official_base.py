@@ -44,9 +44,11 @@ def vae_key(key: str) -> str:
         if part == "1":
             return f"{m.group(1)}.mid_block.attentions.0.{rest}"
         return f"{m.group(1)}.mid_block.resnets.{int(part) // 2}.{_RESIDUAL.get(rest, rest)}"
-    m = re.fullmatch(r"(encoder)\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.+)|(decoder)\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.+)", key)
+    m = re.fullmatch(r"(encoder)\.downsamples\.(\d+)\.downsamples\.(\d+)\.(.+)", key) or re.fullmatch(
+        r"(decoder)\.upsamples\.(\d+)\.upsamples\.(\d+)\.(.+)", key
+    )
     if m:
-        side, block, inner, rest = (m.group(1), m.group(2), m.group(3), m.group(4)) if m.group(1) else m.group(5, 6, 7, 8)
+        side, block, inner, rest = m.groups()
         group = "down_blocks" if side == "encoder" else "up_blocks"
         if rest in _RESIDUAL:
             return f"{side}.{group}.{block}.resnets.{inner}.{_RESIDUAL[rest]}"
@@ -55,7 +57,9 @@ def vae_key(key: str) -> str:
     return key
 
 
-def convert_vae_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size], source: str) -> dict[str, torch.Tensor]:
+def convert_vae_state(
+    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size], source: str
+) -> dict[str, torch.Tensor]:
     """Wan2.2 VAE state -> diffusers ``AutoencoderKLWan`` state, every key placed once and every shape checked."""
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
@@ -77,7 +81,9 @@ def _check(out: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size], 
         raise OfficialCheckpointError(f"{source}: {target} parameters missing: {_names(missing)}")
     for name, shape in expected.items():
         if tuple(out[name].shape) != tuple(shape):
-            raise OfficialCheckpointError(f"{source}: {name} has shape {list(out[name].shape)}, {target} needs {list(shape)}")
+            raise OfficialCheckpointError(
+                f"{source}: {name} has shape {list(out[name].shape)}, {target} needs {list(shape)}"
+            )
 
 
 def t5_key(key: str) -> str | None:
@@ -116,7 +122,9 @@ def umt5_config(state: Mapping[str, torch.Tensor], source: str) -> dict[str, Any
                 dropout_rate=0.0, is_encoder_decoder=False, use_cache=False, tie_word_embeddings=False)
 
 
-def convert_t5_state(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size], source: str) -> dict[str, torch.Tensor]:
+def convert_t5_state(
+    state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size], source: str
+) -> dict[str, torch.Tensor]:
     """Wan ``T5Encoder`` state -> ``UMT5EncoderModel`` state (the embedding also fills ``encoder.embed_tokens``)."""
     unknown = [k for k in state if t5_key(k) is None]
     if unknown:

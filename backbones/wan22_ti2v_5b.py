@@ -58,7 +58,9 @@ TINY_WAN_VAE_CONFIG: dict[str, Any] = {
 }
 
 #: The tiny VAE with Wan2.2's 48 latent channels: a tiny official base (tests) fits the 48-channel transformer.
-TINY48_WAN_VAE_CONFIG: dict[str, Any] = dict(TINY_WAN_VAE_CONFIG, z_dim=48, latents_mean=[0.0] * 48, latents_std=[1.0] * 48)
+TINY48_WAN_VAE_CONFIG: dict[str, Any] = dict(
+    TINY_WAN_VAE_CONFIG, z_dim=48, latents_mean=[0.0] * 48, latents_std=[1.0] * 48
+)
 
 VAE_CONFIGS = {"wan2.2": WAN22_VAE_CONFIG, "tiny": TINY_WAN_VAE_CONFIG, "tiny48": TINY48_WAN_VAE_CONFIG}
 
@@ -118,6 +120,7 @@ class Wan22TI2V5BAdapter(WanAdapterBase):
             from solarwm.convert import is_official_base, official_base_cache
 
             if is_official_base(pretrained_path):  # the release's original layout: its diffusers copy, made once
-                vae_config = config.vae_config if config is not None else ("wan2.2" if preset == "published" else "tiny")
+                default = "wan2.2" if preset == "published" else "tiny"
+                vae_config = config.vae_config if config is not None else default
                 pretrained_path = str(official_base_cache(pretrained_path, vae_config))
         super().__init__(config=config, preset=preset, pretrained_path=pretrained_path, device=device, lora=lora)

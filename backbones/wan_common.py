@@ -214,7 +214,8 @@ class WanAdapterBase(BackboneAdapter):
     def attention_context(self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None) -> AttentionContext:
         """All frames at positions ``0..f-1``, cameras relative to the first."""
         return AttentionContext(
-            self.window_viewmats(cond["c2w"], 0), self.prope_K(cond["K"], cond["image_size"]), tuple(cond["image_size"]),
+            self.window_viewmats(cond["c2w"], 0), self.prope_K(cond["K"], cond["image_size"]),
+            tuple(cond["image_size"]),
             positions=torch.arange(x_t.shape[2]), attn_mask=attn_mask,
         )
 

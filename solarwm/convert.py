@@ -85,7 +85,9 @@ def verify_package(path: str | Path) -> Package:
     if digest is not None and digest != hashlib.blake2s(manifest_bytes).hexdigest():
         raise OfficialCheckpointError(f"{root / MANIFEST}: blake2s differs from the manifest_digest of {COMPLETE}")
     if "step" in complete and complete.get("step") != manifest.get("step"):
-        raise OfficialCheckpointError(f"{root}: step {complete.get('step')} of {COMPLETE} != {manifest.get('step')} of {MANIFEST}")
+        raise OfficialCheckpointError(
+            f"{root}: step {complete.get('step')} of {COMPLETE} != {manifest.get('step')} of {MANIFEST}"
+        )
     files = manifest.get("files")
     if not isinstance(files, list) or not files:
         raise OfficialCheckpointError(f"{root / MANIFEST}: 'files' must be a non-empty list of {{path, size}}")
@@ -113,7 +115,7 @@ def verify_package(path: str | Path) -> Package:
 
 
 def _default_role(root: Path) -> str:
-    """``load.default_weights`` of ``release-manifest.json`` (schema ``solarwm.public-weight-manifest.v1``), else ema."""
+    """``load.default_weights`` of ``release-manifest.json`` (``solarwm.public-weight-manifest.v1``), else ema."""
     path = root / RELEASE_MANIFEST
     if not path.is_file():
         return "ema"  # the role the official Stage-0.5/1 inference configs select (checkpoint.weights: ema)
@@ -214,7 +216,8 @@ def _check_base(base: str | None) -> Path | None:
     missing = [p for p in ("vae/config.json", "text_encoder/config.json", "tokenizer") if not (root / p).exists()]
     if missing:
         raise OfficialCheckpointError(
-            f"--base {root}: missing {missing}; give a diffusers-layout base (`solarwm convert official-base` writes one)"
+            f"--base {root}: missing {missing}; give a diffusers-layout base "
+            "(`solarwm convert official-base` writes one)"
         )
     return root
 
@@ -269,7 +272,9 @@ def convert_official(
         raise OfficialCheckpointError(f"{pkg.path}: contract family {family!r}; only 'wan22_ti2v_5b' packages convert")
     transform = pkg.contract.get("camera_translation_transform") or "linear"
     if transform != "linear":  # the Wan route's PRoPE takes translations as they are
-        raise OfficialCheckpointError(f"{pkg.path}: camera_translation_transform {transform!r}; the Wan route needs 'linear'")
+        raise OfficialCheckpointError(
+            f"{pkg.path}: camera_translation_transform {transform!r}; the Wan route needs 'linear'"
+        )
     role = weights or pkg.default_role
     model_pt = pkg.path / "model.pt"
     checkpoint = load_model_pt(model_pt)
@@ -344,7 +349,8 @@ def official_command(
 
 
 
-#: The original-layout files of the release's base folder (3a1b2c3/SolarWM ``src/solarwm/backends/wan22/runtime/assets.py``).
+#: The original-layout files of the release's base folder
+#: (3a1b2c3/SolarWM ``src/solarwm/backends/wan22/runtime/assets.py``).
 BASE_VAE = "vae/Wan2.2_VAE.pth"
 BASE_T5 = "text_encoder/models_t5_umt5-xxl-enc-bf16.pth"
 
@@ -408,7 +414,8 @@ def convert_official_base(
             try:
                 state.update(load_file(str(shard)))
             except Exception as e:  # safetensors raises its own error on a damaged file
-                raise OfficialCheckpointError(f"{shard}: not a readable safetensors file ({type(e).__name__}: {e})") from e
+                reason = f"{type(e).__name__}: {e}"
+                raise OfficialCheckpointError(f"{shard}: not a readable safetensors file ({reason})") from e
         state = strip_model_prefix(state, str(root / "transformer"))
         config = route_config(arch, "bidirectional", None)
         with torch.device("meta"):
@@ -437,7 +444,8 @@ def official_base_cache(base: str | Path, vae_config: str = "wan2.2") -> Path:
     import os
 
     root = Path(base).resolve()
-    stamp = [str(root), vae_config] + [f"{p}:{(root / p).stat().st_size}" for p in (BASE_VAE, BASE_T5) if (root / p).is_file()]
+    sizes = [f"{p}:{(root / p).stat().st_size}" for p in (BASE_VAE, BASE_T5) if (root / p).is_file()]
+    stamp = [str(root), vae_config, *sizes]
     key = hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("SOLARWM_CACHE", Path.home() / ".cache" / "solarwm")) / "official-base" / key
     if not (cache / "solarwm-base.json").is_file():

@@ -83,8 +83,10 @@ def test_predict_rolls_out_a_converted_package(stage, converted, tmp_path, capsy
     traj = compose_segments([forward(9, 1.0), yaw_turn(9, 30.0)], fps=8.0, width=32, height=32)
     save_trajectory(traj, tmp_path / "traj.json")
     out = tmp_path / "out.mp4"
-    assert train_main(["predict", "--adapter", str(converted[stage]), "--first_frame", str(_first_frame(tmp_path / "f.png")),
-                       "--trajectory", str(tmp_path / "traj.json"), "--output", str(out), "--num_frames", "17", "--progress", "false"]) == 0
+    first = str(_first_frame(tmp_path / "f.png"))
+    assert train_main(["predict", "--adapter", str(converted[stage]), "--first_frame", first,
+                       "--trajectory", str(tmp_path / "traj.json"), "--output", str(out), "--num_frames", "17",
+                       "--progress", "false"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["causal"] is True and summary["num_frames"] == 17 and out.stat().st_size > 0
 

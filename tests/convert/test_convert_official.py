@@ -152,7 +152,8 @@ def test_existing_out_and_missing_role_are_refused(tiny_packages, tmp_path, caps
     assert main(["convert", "official", str(tiny_packages["stage0p5"]), "--out", str(out)]) == 2
     assert "exists" in capsys.readouterr().err and list(out.iterdir()) == []
     bad_role = tmp_path / "bad_role"
-    assert main(["convert", "official", str(tiny_packages["stage0p5"]), "--out", str(bad_role), "--weights", "best"]) == 2
+    args = ["convert", "official", str(tiny_packages["stage0p5"]), "--out", str(bad_role), "--weights", "best"]
+    assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "weights" in err and not bad_role.exists()
     package = write_package(tmp_path / "live_only", {"generator": {"x": torch.zeros(1)}})
