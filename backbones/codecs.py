@@ -67,7 +67,9 @@ class PatchifyCodec(torch.nn.Module):
                 f"PatchifyCodec.decode: latents must be [B, {self.latent_channels}, f, h, w], got {tuple(latents.shape)}"
             )
         b, _, f, h, w = latents.shape
-        x = (latents / self.scale).reshape(b, 3, t, s, s, f, h, w).permute(0, 1, 5, 2, 6, 3, 7, 4)  # b, c, f, t, h, dy, w, dx
+        x = (
+            (latents / self.scale).reshape(b, 3, t, s, s, f, h, w).permute(0, 1, 5, 2, 6, 3, 7, 4)
+        )  # b, c, f, t, h, dy, w, dx
         return x.reshape(b, 3, f, t, h * s, w * s)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -128,8 +130,12 @@ class WanVAECodec(torch.nn.Module):
         self.spatial_compression = int(cfg.scale_factor_spatial)
         self.latent_channels = int(cfg.z_dim)
         shape = (1, cfg.z_dim, 1, 1, 1)
-        self.register_buffer("latents_mean", torch.tensor(cfg.latents_mean, dtype=torch.float32).view(shape), persistent=False)
-        self.register_buffer("latents_std", torch.tensor(cfg.latents_std, dtype=torch.float32).view(shape), persistent=False)
+        self.register_buffer(
+            "latents_mean", torch.tensor(cfg.latents_mean, dtype=torch.float32).view(shape), persistent=False
+        )
+        self.register_buffer(
+            "latents_std", torch.tensor(cfg.latents_std, dtype=torch.float32).view(shape), persistent=False
+        )
 
     def encode(self, video: torch.Tensor) -> torch.Tensor:
         """``video [B, 3, F, H, W]`` in [-1, 1] -> normalised latents ``[B, z_dim, (F-1)/4 + 1, H/16, W/16]``."""
@@ -188,9 +194,14 @@ class WanVAECodec(torch.nn.Module):
             x = vae.post_quant_conv(z)
             frames = []
             for i in range(x.shape[2]):
-                frames.append(vae.decoder(
-                    x[:, :, i : i + 1], feat_cache=state["feat_map"], feat_idx=[0], first_chunk=state["index"] == 0,
-                ))
+                frames.append(
+                    vae.decoder(
+                        x[:, :, i : i + 1],
+                        feat_cache=state["feat_map"],
+                        feat_idx=[0],
+                        first_chunk=state["index"] == 0,
+                    )
+                )
                 state["index"] += 1
             out = torch.cat(frames, 2)
             if vae.config.patch_size is not None:

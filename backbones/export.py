@@ -75,10 +75,20 @@ def read_adapter_json(directory: str | Path) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as e:
         raise AdapterError(f"{meta_path} is not valid JSON: {e}") from e
-    if not isinstance(meta, dict) or meta.get("schema") != ADAPTER_SCHEMA or "route" not in meta or "config" not in meta:
+    if (
+        not isinstance(meta, dict)
+        or meta.get("schema") != ADAPTER_SCHEMA
+        or "route" not in meta
+        or "config" not in meta
+    ):
         raise AdapterError(f"{meta_path}: expected an object of schema {ADAPTER_SCHEMA!r} with 'route' and 'config'")
-    for key, kinds, optional in (("route", str, False), ("config", dict, False), ("stage", str, True),
-                                 ("lora", dict, True), ("flow_map_gate", (int, float), True)):
+    for key, kinds, optional in (
+        ("route", str, False),
+        ("config", dict, False),
+        ("stage", str, True),
+        ("lora", dict, True),
+        ("flow_map_gate", (int, float), True),
+    ):
         value = meta.get(key)
         if (value is None and optional) or (isinstance(value, kinds) and not isinstance(value, bool)):
             continue
@@ -175,12 +185,16 @@ def read_export(cls: type, directory: str | Path, **kwargs: Any) -> Any:
     directory = Path(directory)
     meta = read_adapter_json(directory)
     if meta["route"] != cls.route:
-        raise AdapterError(f"{directory} holds an adapter of route {meta['route']!r}, not {cls.route!r} ({cls.__name__})")
+        raise AdapterError(
+            f"{directory} holds an adapter of route {meta['route']!r}, not {cls.route!r} ({cls.__name__})"
+        )
     _check_config_types(cls.config_class, meta["config"], directory / "adapter.json")
     try:
         config = cls.config_class(**meta["config"])
     except (TypeError, ValueError) as e:
-        raise AdapterError(f"{directory / 'adapter.json'}: config does not match {cls.config_class.__name__}: {e}") from e
+        raise AdapterError(
+            f"{directory / 'adapter.json'}: config does not match {cls.config_class.__name__}: {e}"
+        ) from e
     camera_path = directory / "camera.safetensors"
     if not camera_path.is_file():
         raise AdapterError(f"{camera_path} missing in adapter export {directory}")

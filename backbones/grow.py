@@ -37,7 +37,7 @@ def grow_state_dict(
     for key, value in state.items():
         if not key.startswith(blocks):
             continue
-        index, rest = key[len(blocks):].split(".", 1)
+        index, rest = key[len(blocks) :].split(".", 1)
         if int(index) >= num_layers:
             raise AdapterError(f"grow: weight {key} is past the config's {num_layers} layers")
         for c in range(factor):

@@ -56,7 +56,9 @@ class LoRAConfig:
             raise LoRAError(f"LoRA rank must be a positive integer, got {self.rank!r}")
         self.rank = int(self.rank)
         if not self.target_modules or any(not t for t in self.target_modules):
-            raise LoRAError(f"LoRA target_modules must be a non-empty list of module names or a regex, got {self.target_modules!r}")
+            raise LoRAError(
+                f"LoRA target_modules must be a non-empty list of module names or a regex, got {self.target_modules!r}"
+            )
         if self.alpha is not None and self.alpha <= 0:
             raise LoRAError(f"LoRA alpha must be > 0 (or null = rank), got {self.alpha!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -84,9 +86,11 @@ class LoRAConfig:
         from peft import LoraConfig
 
         return LoraConfig(
-            r=self.rank, lora_alpha=self.alpha if self.alpha is not None else self.rank,
+            r=self.rank,
+            lora_alpha=self.alpha if self.alpha is not None else self.rank,
             target_modules=self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules),
-            lora_dropout=self.dropout, init_lora_weights=True,
+            lora_dropout=self.dropout,
+            init_lora_weights=True,
         )
 
 

@@ -115,6 +115,7 @@ from solarwm.kernels.masks import MaskMod, flex_block_mask, teacher_forcing_mask
 
 __all__ = ["H3_LORA_TARGETS", "MiniMaxH3Adapter", "MiniMaxH3Config"]
 
+
 # ---------------------------------------------------------------------------------------------- adapter
 class MiniMaxH3Adapter(BackboneAdapter):
     """Backbone adapter of SolarWM-minimax-h3-33B: native H3 packing, data-ward time inside, PRoPE on [96:128).
@@ -169,7 +170,9 @@ class MiniMaxH3Adapter(BackboneAdapter):
         cfg = self.config
         if cfg.text_encoder not in ("hashing", "none"):
             raise AdapterError(f"{self.route}: unknown text_encoder {cfg.text_encoder!r}; expected 'hashing' or 'none'")
-        return HashingTextEncoder(cfg.text_dim, max_length=cfg.text_max_length) if cfg.text_encoder == "hashing" else None
+        return (
+            HashingTextEncoder(cfg.text_dim, max_length=cfg.text_max_length) if cfg.text_encoder == "hashing" else None
+        )
 
     def _build_extras(self, root: Path | None, device: str | None) -> None:
         self.register_buffer("silence", self._silence(), persistent=False)
@@ -259,7 +262,9 @@ class MiniMaxH3Adapter(BackboneAdapter):
         elif "latents" in batch:
             anchor = batch["latents"][:, :, :1]
         else:
-            raise AdapterError(f"{self.route}: batch needs 'image_anchor', 'first_frame', 'video' or 'latents' for the image anchor")
+            raise AdapterError(
+                f"{self.route}: batch needs 'image_anchor', 'first_frame', 'video' or 'latents' for the image anchor"
+            )
         return {
             "text_embeds": embeds.to(device),
             "text_mask": mask.to(device) if mask is not None else None,
@@ -440,7 +445,9 @@ class MiniMaxH3Adapter(BackboneAdapter):
         return mask_mod
 
     @staticmethod
-    def _full_mask(video_mask: torch.Tensor | None, prefix_rows: int, kv_prefix_rows: int | None = None) -> torch.Tensor | None:
+    def _full_mask(
+        video_mask: torch.Tensor | None, prefix_rows: int, kv_prefix_rows: int | None = None
+    ) -> torch.Tensor | None:
         """Extend a video-row mask ``[Nq, Nk]`` (or ``[B, 1, Nq, Nk]``) with the prefix: video rows see the whole
         prefix, prefix rows see only the prefix."""
         if video_mask is None:
@@ -463,7 +470,9 @@ class MiniMaxH3Adapter(BackboneAdapter):
                 "build cond with prepare_conditions (or set cond['image_anchor'] = encode(first_frame[:, :, None]))"
             )
         if x_t.shape[-2] % self.patch_size or x_t.shape[-1] % self.patch_size:
-            raise AdapterError(f"{self.route}: latent size {tuple(x_t.shape[-2:])} not divisible by patch {self.patch_size}")
+            raise AdapterError(
+                f"{self.route}: latent size {tuple(x_t.shape[-2:])} not divisible by patch {self.patch_size}"
+            )
 
     @staticmethod
     def native_velocity_to_target(native: torch.Tensor) -> torch.Tensor:
@@ -504,7 +513,10 @@ class MiniMaxH3Adapter(BackboneAdapter):
         image_size = tuple(cond["image_size"])
         origin = getattr(cache, "h3_origin", None)
         if origin is None:  # the rollout's first block defines the origin (anchor camera, viewmat reference)
-            origin = cache.h3_origin = (cond["c2w"][:, :1].detach().to(torch.float64), cond["K"][:, :1].detach().float())
+            origin = cache.h3_origin = (
+                cond["c2w"][:, :1].detach().to(torch.float64),
+                cond["K"][:, :1].detach().float(),
+            )
         origin_c2w, origin_K = origin
         start, width, f = window.start, window.width, window.frames
         rel = self._relative_viewmats(window.c2w, origin_c2w)
@@ -521,12 +533,23 @@ class MiniMaxH3Adapter(BackboneAdapter):
         mask = torch.ones(p + f * tpf, p + width * tpf, dtype=torch.bool, device=device)
         mask[:p, p:] = False
         context = H3AttentionContext(
-            cond["c2w"].shape[0], q_view, q_K, image_size, attn_mask=mask, prefix_rows=p, cache=cache, commit=commit,
-            kv_viewmats=kv_view, kv_K=kv_K, kv_position_ids=kv_positions,
+            cond["c2w"].shape[0],
+            q_view,
+            q_K,
+            image_size,
+            attn_mask=mask,
+            prefix_rows=p,
+            cache=cache,
+            commit=commit,
+            kv_viewmats=kv_view,
+            kv_K=kv_K,
+            kv_position_ids=kv_positions,
         )
         return context, window_positions[start * tpf :]
 
-    def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> tuple[H3AttentionContext, torch.Tensor]:
+    def teacher_forcing_context(
+        self, x_noisy: torch.Tensor, cond: dict[str, Any]
+    ) -> tuple[H3AttentionContext, torch.Tensor]:
         """``[prefix | clean | noisy]`` (reference §1.3): both copies share positions and cameras."""
         grid, tpf, num_text, p = self._layout(x_noisy, cond)
         b, f = x_noisy.shape[0], x_noisy.shape[2]
@@ -537,13 +560,17 @@ class MiniMaxH3Adapter(BackboneAdapter):
             video_mod = teacher_forcing_mask_mod(f, tpf, self.frames_per_block, self.window_blocks - 1)
             mask = flex_block_mask(self._prefix_mask_mod(video_mod, p), p + 2 * f * tpf, device=device)
         else:
-            video = teacher_forcing_mask(f, tpf, self.frames_per_block, device=device, max_prior_blocks=self.window_blocks - 1)
+            video = teacher_forcing_mask(
+                f, tpf, self.frames_per_block, device=device, max_prior_blocks=self.window_blocks - 1
+            )
             mask = self._full_mask(video, p)
         origin_c2w, origin_K = cond["c2w"][:, :1], cond["K"][:, :1]
         pv, pk = self._prefix_cameras(origin_K, num_text, tpf, image_size)
         rel = self._relative_viewmats(cond["c2w"], origin_c2w).repeat_interleave(tpf, 1)
         vK = cond["K"].float().repeat_interleave(tpf, 1)
-        context = H3AttentionContext(b, torch.cat([pv, rel, rel], 1), torch.cat([pk, vK, vK], 1), image_size, attn_mask=mask)
+        context = H3AttentionContext(
+            b, torch.cat([pv, rel, rel], 1), torch.cat([pk, vK, vK], 1), image_size, attn_mask=mask
+        )
         frames = torch.arange(f)
         return context, self._video_positions(torch.cat([frames, frames]), num_text, grid, device)
 

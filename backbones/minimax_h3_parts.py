@@ -89,7 +89,9 @@ class H3PatchifyCodec(torch.nn.Module):
         """``[B, 3, F, H, W]`` with F = 17n + 5 (or 1) -> ``[B, C, 5n + 2 (or 1), H/s, W/s]``."""
         frames = video.shape[2] if video.dim() == 5 else -1
         if frames != 1 and not h3_valid_num_frames(frames):
-            raise CodecError(f"H3PatchifyCodec.encode: video must be [B, 3, 17n+5 or 1, H, W], got {tuple(video.shape)}")
+            raise CodecError(
+                f"H3PatchifyCodec.encode: video must be [B, 3, 17n+5 or 1, H, W], got {tuple(video.shape)}"
+            )
         chunks = video.split(CLIP_FRAMES, dim=2)
         return torch.cat([self.inner.encode(c) for c in chunks], dim=2)
 
@@ -137,8 +139,12 @@ class H3VAECodec(torch.nn.Module):
         self.spatial_compression = int(vae.spatial_compression_ratio)
         self.temporal_compression = 4
         self.latent_channels = int(cfg.latent_channels)
-        self.register_buffer("mean", torch.tensor(cfg.latents_mean, dtype=torch.float32).view(1, -1, 1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(cfg.latents_std, dtype=torch.float32).view(1, -1, 1, 1, 1), persistent=False)
+        self.register_buffer(
+            "mean", torch.tensor(cfg.latents_mean, dtype=torch.float32).view(1, -1, 1, 1, 1), persistent=False
+        )
+        self.register_buffer(
+            "std", torch.tensor(cfg.latents_std, dtype=torch.float32).view(1, -1, 1, 1, 1), persistent=False
+        )
         self.register_buffer("pix_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1, 1), persistent=False)
         self.register_buffer("pix_std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1, 1), persistent=False)
 
@@ -263,8 +269,16 @@ class H3PRoPEAttnProcessor:
             kv_viewmats, kv_K = ctx.kv_viewmats, ctx.kv_K
         mask = attention_mask if attention_mask is not None else ctx.attn_mask
         out = prope_attention(
-            query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-            ctx.viewmats, ctx.K, kv_viewmats, kv_K, ctx.image_size, head_dims=self.head_dims, attn_mask=mask,
+            query.transpose(1, 2),
+            key.transpose(1, 2),
+            value.transpose(1, 2),
+            ctx.viewmats,
+            ctx.K,
+            kv_viewmats,
+            kv_K,
+            ctx.image_size,
+            head_dims=self.head_dims,
+            attn_mask=mask,
         )
         out = out.transpose(1, 2).reshape(1, b * rows, heads, -1)
         if sp is not None:
@@ -327,19 +341,41 @@ class MiniMaxH3Config:
     def published(cls) -> "MiniMaxH3Config":
         """The H3 Omni Transformer (33.1 B): 50 layers, 56 heads x 128, hidden 5376, ffn 14336, Qwen 5120-d rows."""
         return cls(
-            num_layers=50, num_refiner_layers=2, num_attention_heads=56, attention_head_dim=128, hidden_size=5376,
-            ffn_dim=14336, audio_in_channels=32, text_dim=5120, freq_dim=256, time_embed_hidden_dim=5376,
-            time_embed_dim=2688, rope_freq_dim=16, codec="h3_vae", vae_config="h3", text_encoder="none",
-            text_max_length=512, audio_rows=math.ceil(158 / 24.0 * 40.0), shift=12.0,
+            num_layers=50,
+            num_refiner_layers=2,
+            num_attention_heads=56,
+            attention_head_dim=128,
+            hidden_size=5376,
+            ffn_dim=14336,
+            audio_in_channels=32,
+            text_dim=5120,
+            freq_dim=256,
+            time_embed_hidden_dim=5376,
+            time_embed_dim=2688,
+            rope_freq_dim=16,
+            codec="h3_vae",
+            vae_config="h3",
+            text_encoder="none",
+            text_max_length=512,
+            audio_rows=math.ceil(158 / 24.0 * 40.0),
+            shift=12.0,
         )
 
     def transformer_kwargs(self, in_channels: int) -> dict[str, Any]:
         """Keyword arguments of ``MiniMaxH3Transformer3DModel`` for this config."""
         return dict(
-            num_attention_heads=self.num_attention_heads, attention_head_dim=self.attention_head_dim,
-            hidden_size=self.hidden_size, num_layers=self.num_layers, num_refiner_layers=self.num_refiner_layers,
-            ffn_dim=self.ffn_dim, in_channels=in_channels, audio_in_channels=self.audio_in_channels,
-            patch_size=self.patch_size, text_dim=self.text_dim, freq_dim=self.freq_dim,
-            time_embed_hidden_dim=self.time_embed_hidden_dim, time_embed_dim=self.time_embed_dim,
+            num_attention_heads=self.num_attention_heads,
+            attention_head_dim=self.attention_head_dim,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
+            num_refiner_layers=self.num_refiner_layers,
+            ffn_dim=self.ffn_dim,
+            in_channels=in_channels,
+            audio_in_channels=self.audio_in_channels,
+            patch_size=self.patch_size,
+            text_dim=self.text_dim,
+            freq_dim=self.freq_dim,
+            time_embed_hidden_dim=self.time_embed_hidden_dim,
+            time_embed_dim=self.time_embed_dim,
             rope_freq_dim=self.rope_freq_dim,
         )

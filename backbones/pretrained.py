@@ -59,8 +59,9 @@ def load_transformer(
     return model
 
 
-def load_vae(route: str, vae_class: type, root: Path | None, codec: str, vae_config: str,
-             configs: dict[str, dict[str, Any]]) -> torch.nn.Module:
+def load_vae(
+    route: str, vae_class: type, root: Path | None, codec: str, vae_config: str, configs: dict[str, dict[str, Any]]
+) -> torch.nn.Module:
     """The route's diffusers VAE: ``root/vae`` loaded with safetensors, else ``vae_class(**configs[vae_config])``."""
     if root is not None:
         vae_dir = root / "vae"

@@ -30,10 +30,15 @@ from solarwm.kernels.ulysses import SequenceParallel, SequenceParallelError
 #: (name -> token dim), and the argument carrying the call's attention context (``.context``).
 BLOCK_TOKEN_ARGS: dict[str, tuple[dict[str, int], str]] = {
     # Wan: per-token timesteps give temb [B, N, 6, D] (Wan2.2's expand_timesteps path).
-    "diffusers.models.transformers.transformer_wan:WanTransformerBlock": ({"hidden_states": 1, "temb": 1}, "rotary_emb"),
+    "diffusers.models.transformers.transformer_wan:WanTransformerBlock": (
+        {"hidden_states": 1, "temb": 1},
+        "rotary_emb",
+    ),
     # H3: one packed sequence [1, rows, D]; adaln_indices [rows] picks each row's AdaLN entry.
     "diffusers.models.transformers.transformer_minimax_h3:MiniMaxH3TransformerBlock": (
-        {"hidden_states": 1, "adaln_indices": 0}, "rotary_emb"),
+        {"hidden_states": 1, "adaln_indices": 0},
+        "rotary_emb",
+    ),
 }
 
 

@@ -103,8 +103,16 @@ class Wan22I2V14BConfig(WanRouteConfig):
     def published(cls) -> "Wan22I2V14BConfig":
         """Wan2.2-I2V-A14B high-noise expert: 40 layers, 40 heads x 128, ffn 13824, Wan2.1 VAE, UMT5 (4096-d), shift 5."""
         return cls(
-            num_layers=40, num_attention_heads=40, attention_head_dim=128, ffn_dim=13824, text_dim=4096,
-            freq_dim=256, codec="wan_vae", vae_config="wan2.1", text_encoder="umt5", text_max_length=512,
+            num_layers=40,
+            num_attention_heads=40,
+            attention_head_dim=128,
+            ffn_dim=13824,
+            text_dim=4096,
+            freq_dim=256,
+            codec="wan_vae",
+            vae_config="wan2.1",
+            text_encoder="umt5",
+            text_max_length=512,
             shift=5.0,
         )
 

@@ -109,7 +109,9 @@ def train_step(shape: dict, dry_run: bool, device: torch.device, steps: int) -> 
     """Seconds per step (median after one warm-up step) and peak memory of stage 1 in bf16 with activation checkpointing."""
     adapter = build_adapter(dry_run, device)
     adapter.transformer.enable_gradient_checkpointing()
-    module = BidirectionalModule(adapter, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-5), lr_scheduler=None).to(device)
+    module = BidirectionalModule(adapter, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-5), lr_scheduler=None).to(
+        device
+    )
     module.train()
     optimizer = module.configure_optimizers()["optimizer"]
     params = adapter.trainable_parameters()
@@ -128,9 +130,16 @@ def train_step(shape: dict, dry_run: bool, device: torch.device, steps: int) -> 
         optimizer.zero_grad(set_to_none=True)
         sync(device)
         times.append(time.perf_counter() - start)
-    return {"frames": shape["frames"], "width": shape["width"], "height": shape["height"],
-            "params": sum(p.numel() for p in params), "loss": loss.item(), "steps": steps,
-            "s_per_step": statistics.median(times[1:]), "peak_memory_mib": memory_mib(device, peak=True)}
+    return {
+        "frames": shape["frames"],
+        "width": shape["width"],
+        "height": shape["height"],
+        "params": sum(p.numel() for p in params),
+        "loss": loss.item(),
+        "steps": steps,
+        "s_per_step": statistics.median(times[1:]),
+        "peak_memory_mib": memory_mib(device, peak=True),
+    }
 
 
 def rollout(shape: dict, dry_run: bool, device: torch.device) -> dict:
@@ -139,7 +148,9 @@ def rollout(shape: dict, dry_run: bool, device: torch.device) -> dict:
     blocks, early = shape["blocks"], shape["early"]
     latent = adapter.frames_per_block * blocks
     num_frames = adapter.temporal_compression * (latent - 1) + 1
-    runner, cond = rollout_setup(num_frames, shape["width"], 16.0, adapter=adapter, height=shape["height"], device=str(device))
+    runner, cond = rollout_setup(
+        num_frames, shape["width"], 16.0, adapter=adapter, height=shape["height"], device=str(device)
+    )
     memory: dict[int, float] = {}
     peak: dict[int, float] = {}
     frames, start = 0, time.perf_counter()
@@ -151,19 +162,38 @@ def rollout(shape: dict, dry_run: bool, device: torch.device) -> dict:
                 memory[index], peak[index] = memory_mib(device), memory_mib(device, peak=True)
     sync(device)
     seconds = time.perf_counter() - start
-    return {"blocks": index, "frames": frames, "seconds": seconds, "generated_fps": frames / seconds,
-            f"memory_mib_block{early}": memory[early], f"memory_mib_block{blocks}": memory[blocks],
-            f"peak_mib_block{early}": peak[early], f"peak_mib_block{blocks}": peak[blocks],
-            "memory_ratio_late_over_early": memory[blocks] / memory[early],
-            "peak_ratio_late_over_early": peak[blocks] / peak[early]}
+    return {
+        "blocks": index,
+        "frames": frames,
+        "seconds": seconds,
+        "generated_fps": frames / seconds,
+        f"memory_mib_block{early}": memory[early],
+        f"memory_mib_block{blocks}": memory[blocks],
+        f"peak_mib_block{early}": peak[early],
+        f"peak_mib_block{blocks}": peak[blocks],
+        "memory_ratio_late_over_early": memory[blocks] / memory[early],
+        "peak_ratio_late_over_early": peak[blocks] / peak[early],
+    }
 
 
 #: The official-layout section: architecture overrides (Wan constructor names), VAE config, frame size and frames.
 OFFICIAL = {
     "published": {"architecture": None, "vae_config": "wan2.2", "width": 864, "height": 480, "frames": 81},
-    "dry_run": {"architecture": {"dim": 64, "ffn_dim": 96, "freq_dim": 32, "text_dim": 24, "num_heads": 2,
-                                 "num_layers": 2, "text_len": 8},
-                "vae_config": "tiny48", "width": 32, "height": 32, "frames": 9},
+    "dry_run": {
+        "architecture": {
+            "dim": 64,
+            "ffn_dim": 96,
+            "freq_dim": 32,
+            "text_dim": 24,
+            "num_heads": 2,
+            "num_layers": 2,
+            "text_len": 8,
+        },
+        "vae_config": "tiny48",
+        "width": 32,
+        "height": 32,
+        "frames": 9,
+    },
 }
 
 
@@ -174,12 +204,24 @@ def write_official_package(folder: Any, state: dict[str, torch.Tensor], step: in
     folder.mkdir(parents=True)
     prefixed = {f"model.{k}": v for k, v in state.items()}
     torch.save({"generator": prefixed, "generator_ema": prefixed, "global_step": step}, folder / "model.pt")
-    manifest = {"schema": "solarwm.checkpoint.v2", "step": step, "contract": {"stage": "stage2"}, "metadata": {},
-                "files": [{"path": "model.pt", "size": (folder / "model.pt").stat().st_size}]}
+    manifest = {
+        "schema": "solarwm.checkpoint.v2",
+        "step": step,
+        "contract": {"stage": "stage2"},
+        "metadata": {},
+        "files": [{"path": "model.pt", "size": (folder / "model.pt").stat().st_size}],
+    }
     raw = json.dumps(manifest, sort_keys=True).encode()
     (folder / "checkpoint-manifest.json").write_bytes(raw)
-    (folder / "COMPLETE.json").write_text(json.dumps({"schema": "solarwm.checkpoint-complete.v2", "step": step,
-                                                      "manifest_digest": hashlib.blake2s(raw).hexdigest()}))
+    (folder / "COMPLETE.json").write_text(
+        json.dumps(
+            {
+                "schema": "solarwm.checkpoint-complete.v2",
+                "step": step,
+                "manifest_digest": hashlib.blake2s(raw).hexdigest(),
+            }
+        )
+    )
 
 
 def official(dry_run: bool, device: torch.device) -> dict:
@@ -200,8 +242,10 @@ def official(dry_run: bool, device: torch.device) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         # bf16 in model.pt halves the disk and time of writing 5 B weights; the converter writes fp32.
-        state = {k: (torch.randn(shape, generator=gen) * 0.02).to(torch.bfloat16)
-                 for k, shape in official_shapes(arch).items()}
+        state = {
+            k: (torch.randn(shape, generator=gen) * 0.02).to(torch.bfloat16)
+            for k, shape in official_shapes(arch).items()
+        }
         write_official_package(root / "package", state)
         del state
         start = time.perf_counter()
@@ -215,18 +259,27 @@ def official(dry_run: bool, device: torch.device) -> dict:
         adapter = load_adapter(root / "export").to(device).eval()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    runner, cond = rollout_setup(spec["frames"], spec["width"], 16.0, adapter=adapter, height=spec["height"],
-                                 device=str(device))
+    runner, cond = rollout_setup(
+        spec["frames"], spec["width"], 16.0, adapter=adapter, height=spec["height"], device=str(device)
+    )
     frames, start = 0, time.perf_counter()
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         for video in runner.video_blocks(cond, torch.Generator(device=device).manual_seed(0)):
             frames += video.shape[2]
     sync(device)
     seconds = time.perf_counter() - start
-    return {"parameters": sum(p.numel() for p in adapter.transformer.parameters()), "convert_s": convert_s,
-            "width": spec["width"], "height": spec["height"], "frames": frames, "seconds": seconds,
-            "generated_fps": frames / seconds, "peak_memory_mib": memory_mib(device, peak=True),
-            "timestep_rounding": adapter.config.timestep_rounding, "latent_camera": adapter.config.latent_camera}
+    return {
+        "parameters": sum(p.numel() for p in adapter.transformer.parameters()),
+        "convert_s": convert_s,
+        "width": spec["width"],
+        "height": spec["height"],
+        "frames": frames,
+        "seconds": seconds,
+        "generated_fps": frames / seconds,
+        "peak_memory_mib": memory_mib(device, peak=True),
+        "timestep_rounding": adapter.config.timestep_rounding,
+        "latent_camera": adapter.config.latent_camera,
+    }
 
 
 def main() -> None:
@@ -235,18 +288,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="timed attention calls per kernel and pass")
     parser.add_argument("--steps", type=int, default=3, help="timed training steps (after one warm-up)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["attention", "train_step", "rollout"])
-    parser.add_argument("--official", action="store_true",
-                        help="also time the published 5B converted from the official layout (a 4-step stage-2 rollout)")
+    parser.add_argument(
+        "--official",
+        action="store_true",
+        help="also time the published 5B converted from the official layout (a 4-step stage-2 rollout)",
+    )
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         parser.error("no CUDA device: run with --dry-run for the CPU version")
     device = torch.device("cpu" if args.dry_run else "cuda")
     shape = SHAPES["dry_run" if args.dry_run else "published"]
-    result: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                              "torch": torch.__version__, "dry_run": args.dry_run}
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "dry_run": args.dry_run,
+    }
     if "attention" not in args.skip:
-        result["attention"] = attention(shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32,
-                                        args.repeats if not args.dry_run else 2)
+        result["attention"] = attention(
+            shape,
+            device,
+            torch.bfloat16 if device.type == "cuda" else torch.float32,
+            args.repeats if not args.dry_run else 2,
+        )
     if "train_step" not in args.skip:
         result["train_step"] = train_step(shape, args.dry_run, device, args.steps if not args.dry_run else 1)
         if device.type == "cuda":

@@ -44,15 +44,40 @@ def build(work: Path, clips: int, frames: int, size: str, num_frames: int, view_
     width, height = parse_size(size)
     synth_corpus(corpus, clips=clips, frames=frames, width=width, height=height, fps=16.0, seed=0)
     for folder in iter_clip_dirs(corpus):  # keep every clip: the benchmark is about reading, not selection
-        update_meta(folder, lambda doc: doc.update(selection={"policy": "bench", "version": "1", "tier": "high", "reasons": []}))
-    spec = {"name": "bench", "owners": ["synthetic"], "tiers": ["kept-high"], "window": {"frames": num_frames, "mode": "packed"},
-            "test_view": {"per_owner": 0}}
+        update_meta(
+            folder, lambda doc: doc.update(selection={"policy": "bench", "version": "1", "tier": "high", "reasons": []})
+        )
+    spec = {
+        "name": "bench",
+        "owners": ["synthetic"],
+        "tiers": ["kept-high"],
+        "window": {"frames": num_frames, "mode": "packed"},
+        "test_view": {"per_owner": 0},
+    }
     (work / "spec.yaml").write_text(yaml.safe_dump(spec))
     vw, vh = parse_size(view_size)
-    for argv in (["data", "pack", "--corpus", str(corpus), "--out", str(release)],
-                 ["data", "recipe", "--release", str(release), "--spec", str(work / "spec.yaml"), "--out", str(recipe)],
-                 ["data", "latents", "--index", str(recipe / "train-index.jsonl.gz"), "--root", str(release), "--out", str(view),
-                  "--route", "wan22_ti2v_5b", "--num-frames", str(num_frames), "--width", str(vw), "--height", str(vh)]):
+    for argv in (
+        ["data", "pack", "--corpus", str(corpus), "--out", str(release)],
+        ["data", "recipe", "--release", str(release), "--spec", str(work / "spec.yaml"), "--out", str(recipe)],
+        [
+            "data",
+            "latents",
+            "--index",
+            str(recipe / "train-index.jsonl.gz"),
+            "--root",
+            str(release),
+            "--out",
+            str(view),
+            "--route",
+            "wan22_ti2v_5b",
+            "--num-frames",
+            str(num_frames),
+            "--width",
+            str(vw),
+            "--height",
+            str(vh),
+        ],
+    ):
         if solarwm(argv) != 0:
             raise SystemExit(f"failed: solarwm {' '.join(argv)}")
     return {"release": release, "index": recipe / "train-index.jsonl.gz", "view": view}
@@ -107,16 +132,26 @@ def main() -> None:
         best["release"] = max(best["release"], loader(release_dm)[0])
         windows, batches = loader(WorldDataModule(**geometry, latent_view=str(paths["view"])))
         best["view"], best["view_batches"] = max(best["view"], windows), max(best["view_batches"], batches)
-    print(json.dumps({
-        "workdir": str(work), "windows": len(rows), "clip": f"{args.frames} frames {args.size}",
-        "window": f"{args.num_frames} frames {args.view_size}", "batch_size": args.batch_size, "repeats": args.repeats, "torch_threads": args.torch_threads,
-        "raw_pyav_windows_per_s": round(best["raw_pyav"], 2),
-        "release_windows_per_s": round(best["release"], 2),
-        "release_vs_raw_pyav": round(best["release"] / best["raw_pyav"], 3),
-        "view_windows_per_s": round(best["view"], 2),
-        "view_batches_per_s": round(best["view_batches"], 2),
-        "view_vs_release": round(best["view"] / best["release"], 2),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "workdir": str(work),
+                "windows": len(rows),
+                "clip": f"{args.frames} frames {args.size}",
+                "window": f"{args.num_frames} frames {args.view_size}",
+                "batch_size": args.batch_size,
+                "repeats": args.repeats,
+                "torch_threads": args.torch_threads,
+                "raw_pyav_windows_per_s": round(best["raw_pyav"], 2),
+                "release_windows_per_s": round(best["release"], 2),
+                "release_vs_raw_pyav": round(best["release"] / best["raw_pyav"], 3),
+                "view_windows_per_s": round(best["view"], 2),
+                "view_batches_per_s": round(best["view_batches"], 2),
+                "view_vs_release": round(best["view"] / best["release"], 2),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

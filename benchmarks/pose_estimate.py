@@ -55,15 +55,34 @@ def tiny_depthpro(folder: Path) -> None:
 
     vit = {"model_type": "dinov2", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
            "image_size": 64, "patch_size": 16, "out_indices": [1, 2]}
-    cfg = DepthProConfig(patch_size=64, fusion_hidden_size=16, intermediate_hook_ids=[1, 0], intermediate_feature_dims=[8, 8],
-                         scaled_images_feature_dims=[16, 16, 8], use_fov_model=True, num_fov_head_layers=1,
-                         image_model_config=vit, patch_model_config=vit, fov_model_config=vit)
+    cfg = DepthProConfig(
+        patch_size=64,
+        fusion_hidden_size=16,
+        intermediate_hook_ids=[1, 0],
+        intermediate_feature_dims=[8, 8],
+        scaled_images_feature_dims=[16, 16, 8],
+        use_fov_model=True,
+        num_fov_head_layers=1,
+        image_model_config=vit,
+        patch_model_config=vit,
+        fov_model_config=vit,
+    )
     DepthProForDepthEstimation(cfg).save_pretrained(folder)
     # The processor's config as the hub's DepthPro folders ship it (DepthProImageProcessor itself needs torchvision).
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "DepthProImageProcessor", "do_resize": True, "size": {"height": 256, "width": 256},
-        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}))
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "image_processor_type": "DepthProImageProcessor",
+                "do_resize": True,
+                "size": {"height": 256, "width": 256},
+                "do_rescale": True,
+                "rescale_factor": 1 / 255,
+                "do_normalize": True,
+                "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5],
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -81,18 +100,30 @@ def main() -> None:
             scene = make_scene(np.random.default_rng(seed), traj.c2w)
             frames = render_clip(scene, traj)
             for known in (True, False):
-                row = {"estimator": "colmap", "clip": name, "size": size, "frames": a.frames,
-                       "K": "known" if known else "estimated"}
+                row = {
+                    "estimator": "colmap",
+                    "clip": name,
+                    "size": size,
+                    "frames": a.frames,
+                    "K": "known" if known else "estimated",
+                }
                 t0 = time.perf_counter()
                 try:
                     est = get_estimator("colmap").estimate(frames, traj.K if known else None, 16.0)
                 except EstimationError as e:
-                    print(json.dumps({**row, "error": str(e), "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
+                    print(
+                        json.dumps({**row, "error": str(e), "seconds": round(time.perf_counter() - t0, 1)}), flush=True
+                    )
                     continue
                 err = trajectory_errors(est.c2w, traj.c2w)
-                row.update(rot_max_deg=round(err["rot_max_deg"], 3), pos_max_pct=round(100 * err["pos_max_frac"], 3),
-                           path_m=round(err["path_m"], 3), seconds=round(time.perf_counter() - t0, 1),
-                           reproj_px=est.diagnostics["reprojection_px"], upscale=est.diagnostics["upscale"])
+                row.update(
+                    rot_max_deg=round(err["rot_max_deg"], 3),
+                    pos_max_pct=round(100 * err["pos_max_frac"], 3),
+                    path_m=round(err["path_m"], 3),
+                    seconds=round(time.perf_counter() - t0, 1),
+                    reproj_px=est.diagnostics["reprojection_px"],
+                    upscale=est.diagnostics["upscale"],
+                )
                 if not known:
                     row["focal_err_pct"] = round(100 * float(est.K[0, 0] / traj.K[0, 0] - 1), 2)
                 print(json.dumps(row), flush=True)
@@ -143,8 +174,19 @@ def time_scale(frames: np.ndarray, traj: T.Trajectory, scene, size: str) -> None
                 extra = {"scale_err_pct": round(100 * (truth - 1), 3)} if model.name == "oracle" else {}
             except EstimationError as e:
                 extra = {"error": str(e)}
-            print(json.dumps({"step": "metric_scale", "depth_model": model.name, "size": size, "sampled_frames": 8,
-                              "seconds": round(time.perf_counter() - t0, 3), **extra}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "step": "metric_scale",
+                        "depth_model": model.name,
+                        "size": size,
+                        "sampled_frames": 8,
+                        "seconds": round(time.perf_counter() - t0, 3),
+                        **extra,
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ class StepCheckpoint(ModelCheckpoint):
         super().__init__(*args, **kwargs)
         self._steps_before_batch = 0
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         """Remember the optimizer step count before this batch's updates."""
         self._steps_before_batch = trainer.global_step
 

@@ -52,7 +52,9 @@ def gif_image_summary(tag: str, frames: np.ndarray, fps: float):
 class EvalVideoLogger(Callback):
     """Log ground truth | generated clips of held-out windows every N steps and at validation end."""
 
-    def __init__(self, every_n_steps: int = 100, num_samples: int = 1, num_steps: int = 8, fps: float = 8.0, seed: int = 0) -> None:
+    def __init__(
+        self, every_n_steps: int = 100, num_samples: int = 1, num_steps: int = 8, fps: float = 8.0, seed: int = 0
+    ) -> None:
         if every_n_steps < 1 or num_samples < 1 or num_steps < 1:
             raise ValueError("EvalVideoLogger: every_n_steps, num_samples and num_steps must be >= 1")
         self.every_n_steps, self.num_samples, self.num_steps = every_n_steps, num_samples, num_steps
@@ -96,9 +98,12 @@ class EvalVideoLogger(Callback):
         static.update(video[:, :, :1].expand_as(video), video)
         camera.update(generated, c2w, K)
         follow = camera.compute()
-        return {"psnr": float(psnr.compute()), "psnr_static": float(static.compute()),
-                "cam_rot_err_deg": float(follow["rot_err_deg"]),
-                "cam_trans_dir_err_deg": float(follow["trans_dir_err_deg"])}
+        return {
+            "psnr": float(psnr.compute()),
+            "psnr_static": float(static.compute()),
+            "cam_rot_err_deg": float(follow["rot_err_deg"]),
+            "cam_trans_dir_err_deg": float(follow["trans_dir_err_deg"]),
+        }
 
     @rank_zero_only
     def log_samples(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -117,9 +122,12 @@ class EvalVideoLogger(Callback):
         try:
             with torch.no_grad(), maybe_ema(trainer, pl_module):
                 generated = pl_module.generate(
-                    first_frame=video[:, :, 0], caption=list(batch["caption"]),
-                    c2w=batch["c2w"].to(pl_module.device), K=batch["K"].to(pl_module.device),
-                    num_steps=self.num_steps, generator=generator,
+                    first_frame=video[:, :, 0],
+                    caption=list(batch["caption"]),
+                    c2w=batch["c2w"].to(pl_module.device),
+                    K=batch["K"].to(pl_module.device),
+                    num_steps=self.num_steps,
+                    generator=generator,
                 )
         finally:
             pl_module.train(was_training)

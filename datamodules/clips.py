@@ -70,9 +70,7 @@ def fit_intrinsics(K: np.ndarray, src_w: int, src_h: int, width: int, height: in
     return np.asarray(crop_intrinsics(K, left, top), dtype=np.float64)
 
 
-def resize_crop(
-    frames: torch.Tensor, K: np.ndarray, width: int, height: int
-) -> tuple[torch.Tensor, np.ndarray]:
+def resize_crop(frames: torch.Tensor, K: np.ndarray, width: int, height: int) -> tuple[torch.Tensor, np.ndarray]:
     """Resize so the image covers ``width x height``, centre-crop, and carry K along.
 
     ``frames`` uint8 or float ``[N, 3, H, W]``; ``K`` ``[N, 4]`` pixels of the input.

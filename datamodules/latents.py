@@ -159,17 +159,26 @@ def _window_dataset(rows: list[dict], root: str, spec: ViewSpec) -> Any:
     window_rows = []
     for r in rows:  # as WorldDataModule reads a recipe index: a window row starts at 0 of its window
         windowed = "window_frames" in r
-        window_rows.append(Row(sample_id=r["sample_id"], num_frames=int(r["window_frames"] if windowed else r["num_frames"]),
-                               start_frame=0 if windowed else r.get("start_frame"), index_row=r))
-    return ClipWindowDataset(window_rows, spec.num_frames, spec.width, spec.height, spec.frame_stride,
-                             random_start=False, release_root=root)
+        window_rows.append(
+            Row(
+                sample_id=r["sample_id"],
+                num_frames=int(r["window_frames"] if windowed else r["num_frames"]),
+                start_frame=0 if windowed else r.get("start_frame"),
+                index_row=r,
+            )
+        )
+    return ClipWindowDataset(
+        window_rows, spec.num_frames, spec.width, spec.height, spec.frame_stride, random_start=False, release_root=root
+    )
 
 
 @torch.no_grad()
 def _encode_sample(adapter: Any, item: dict[str, Any], device: str) -> dict[str, bytes]:
     """One window → its tar members (latents, text, cameras, intrinsics)."""
     if adapter.text_encoder is None:
-        raise LatentViewError(f"route {adapter.route!r} has no text encoder (text_encoder='none'): nothing to cache text with")
+        raise LatentViewError(
+            f"route {adapter.route!r} has no text encoder (text_encoder='none'): nothing to cache text with"
+        )
     latents = adapter.encode(item["video"][None].to(device)).float()[0].cpu().contiguous()
     embeds, mask = adapter.text_encoder([item["caption"]])
     text = {"text_embeds": embeds[0].float().cpu().contiguous(), "text_mask": mask[0].bool().cpu().contiguous()}
@@ -181,8 +190,16 @@ def _encode_sample(adapter: Any, item: dict[str, Any], device: str) -> dict[str,
     }
 
 
-def _write_samples(writer: Any, adapter: Any, dataset: Any, rows: list[dict], spec: ViewSpec, hash_: str,
-                   index_rows: list[dict], failed: list[dict]) -> None:
+def _write_samples(
+    writer: Any,
+    adapter: Any,
+    dataset: Any,
+    rows: list[dict],
+    spec: ViewSpec,
+    hash_: str,
+    index_rows: list[dict],
+    failed: list[dict],
+) -> None:
     """Encode ``rows`` into ``writer``; append each one's index row (without shard fields) or its failure."""
     for i, src in enumerate(rows):
         try:
@@ -192,19 +209,36 @@ def _write_samples(writer: Any, adapter: Any, dataset: Any, rows: list[dict], sp
             failed.append({"sample_id": src["sample_id"], "error": f"{type(e).__name__}: {e}"})
             continue
         key = sample_key(src["sample_id"])
-        manifest = {"schema": VIEW_SCHEMA, "sample_id": src["sample_id"], "route": spec.route, "codec_hash": hash_,
-                    "caption": item["caption"], "source": src}
+        manifest = {
+            "schema": VIEW_SCHEMA,
+            "sample_id": src["sample_id"],
+            "route": spec.route,
+            "codec_hash": hash_,
+            "caption": item["caption"],
+            "source": src,
+        }
         members["manifest.json"] = (json.dumps(manifest, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
         writer.write({"__key__": key, **members})
         latent_shape = list(load_safetensors(members["latents.safetensors"])["latents"].shape)
-        index_rows.append({
-            "sample_id": src["sample_id"], "key": key, "epoch_repeats": int(src.get("epoch_repeats", 1)),
-            "dataset": src.get("dataset"), "kept_tier": src.get("kept_tier"), "caption": item["caption"],
-            "num_frames": spec.num_frames, "width": spec.width, "height": spec.height,
-            "frame_stride": spec.frame_stride, "latent_shape": latent_shape,
-            "route": spec.route, "codec_hash": hash_, "source": src,
-            **{field: f"{key}.{ext}" for field, ext in MEMBERS.items()},
-        })
+        index_rows.append(
+            {
+                "sample_id": src["sample_id"],
+                "key": key,
+                "epoch_repeats": int(src.get("epoch_repeats", 1)),
+                "dataset": src.get("dataset"),
+                "kept_tier": src.get("kept_tier"),
+                "caption": item["caption"],
+                "num_frames": spec.num_frames,
+                "width": spec.width,
+                "height": spec.height,
+                "frame_stride": spec.frame_stride,
+                "latent_shape": latent_shape,
+                "route": spec.route,
+                "codec_hash": hash_,
+                "source": src,
+                **{field: f"{key}.{ext}" for field, ext in MEMBERS.items()},
+            }
+        )
 
 
 def _encode_shard(task: tuple[str, str, str, list[dict], ViewSpec, str]) -> dict[str, Any]:
@@ -250,8 +284,14 @@ def _settings(spec: ViewSpec, rows: list[dict], shard_max_samples: int) -> dict[
 
 
 def build_view(
-    index: str, root: str, out: str, spec: ViewSpec, shard_max_samples: int = 256, workers: int = 1,
-    executor: str = "process", ray_address: str | None = None,
+    index: str,
+    root: str,
+    out: str,
+    spec: ViewSpec,
+    shard_max_samples: int = 256,
+    workers: int = 1,
+    executor: str = "process",
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Encode every row of the recipe index ``index`` (paths under ``root``) into a view at ``out``; resumable."""
     if shard_max_samples < 1:
@@ -267,7 +307,9 @@ def build_view(
     from solarwm.datamodules.clips import ClipWindowDataset  # noqa: F401  (fail here, not in every task)
 
     if adapter.text_encoder is None:
-        raise LatentViewError(f"route {spec.route!r} has no text encoder (text_encoder='none'): nothing to cache text with")
+        raise LatentViewError(
+            f"route {spec.route!r} has no text encoder (text_encoder='none'): nothing to cache text with"
+        )
     if not adapter.valid_num_frames(spec.num_frames):
         raise LatentViewError(f"num_frames={spec.num_frames} is not a valid clip length for route {spec.route!r}")
     hash_ = codec_hash(adapter)
@@ -284,25 +326,35 @@ def build_view(
     for name, s in shards.items():
         path = out_path / "shards" / name
         if not path.is_file() or path.stat().st_size != s["size"]:
-            raise LatentViewError(f"{path}: journaled shard is missing or changed size; write the view into a fresh folder")
+            raise LatentViewError(
+                f"{path}: journaled shard is missing or changed size; write the view into a fresh folder"
+            )
     removed = []
     for path in sorted((out_path / "shards").glob("*")) if (out_path / "shards").is_dir() else []:
         if path.name not in shards:  # a .partial from a kill, or a shard finished just before its journal write
             path.unlink()
             removed.append(path.name)
 
-    plan = [(f"latents-{n:06d}.tar", rows[start:start + shard_max_samples])
-            for n, start in enumerate(range(0, len(rows), shard_max_samples))]
+    plan = [
+        (f"latents-{n:06d}.tar", rows[start : start + shard_max_samples])
+        for n, start in enumerate(range(0, len(rows), shard_max_samples))
+    ]
     tasks = [(str(out_path), name, str(root), chunk, spec, hash_) for name, chunk in plan if name not in shards]
 
     def save_journal() -> None:
-        doc = {"schema": VIEW_SCHEMA, "settings": settings, "codec_hash": hash_,
-               "shards": [shards[n] for n in sorted(shards)]}
+        doc = {
+            "schema": VIEW_SCHEMA,
+            "settings": settings,
+            "codec_hash": hash_,
+            "shards": [shards[n] for n in sorted(shards)],
+        }
         atomic_write_bytes(journal_path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
     out_path.mkdir(parents=True, exist_ok=True)
     errors = []
-    for i, result in map_tasks(_encode_shard, tasks, executor, workers, desc="latents", unit="shard", ray_address=ray_address):
+    for i, result in map_tasks(
+        _encode_shard, tasks, executor, workers, desc="latents", unit="shard", ray_address=ray_address
+    ):
         if isinstance(result, BaseException):
             errors.append(result)
             continue
@@ -319,10 +371,21 @@ def build_view(
     if not index_path.exists() or _read_rows(index_path) != view_rows:  # a finished view reruns as a no-op
         write_rows(index_path, view_rows)
     summary = {
-        "schema": VIEW_SCHEMA, "index": INDEX_NAME, "route": spec.route, "codec": codec_config(adapter), "codec_hash": hash_,
-        "num_frames": spec.num_frames, "width": spec.width, "height": spec.height, "frame_stride": spec.frame_stride,
-        "source_index": str(index), "source_rows": len(rows), "rows": len(view_rows), "shards": len(shards),
-        "failed": failed, "accounting": f"source rows {len(rows)} = encoded {len(view_rows)} + failed {len(failed)}",
+        "schema": VIEW_SCHEMA,
+        "index": INDEX_NAME,
+        "route": spec.route,
+        "codec": codec_config(adapter),
+        "codec_hash": hash_,
+        "num_frames": spec.num_frames,
+        "width": spec.width,
+        "height": spec.height,
+        "frame_stride": spec.frame_stride,
+        "source_index": str(index),
+        "source_rows": len(rows),
+        "rows": len(view_rows),
+        "shards": len(shards),
+        "failed": failed,
+        "accounting": f"source rows {len(rows)} = encoded {len(view_rows)} + failed {len(failed)}",
     }
     data = (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode("utf-8")
     view_json = out_path / VIEW_JSON
@@ -354,9 +417,21 @@ def read_view(view: str | Path) -> tuple[dict[str, Any], list[dict]]:
 
 
 def latents_command(
-    index: str, root: str, route: str, out: str, preset: str = "tiny", pretrained_path: str | None = None,
-    num_frames: int = 17, width: int = 64, height: int = 64, frame_stride: int = 1, shard_max_samples: int = 256,
-    workers: int = 1, executor: str = "process", ray_address: str | None = None, device: str = "cpu",
+    index: str,
+    root: str,
+    route: str,
+    out: str,
+    preset: str = "tiny",
+    pretrained_path: str | None = None,
+    num_frames: int = 17,
+    width: int = 64,
+    height: int = 64,
+    frame_stride: int = 1,
+    shard_max_samples: int = 256,
+    workers: int = 1,
+    executor: str = "process",
+    ray_address: str | None = None,
+    device: str = "cpu",
 ) -> int:
     """Encode each window of a recipe index once with a route's codec and text encoder (the latent-cache view).
 

@@ -34,10 +34,19 @@ def load_view_row(row: dict, root: str | Path, reader: ShardReader | None = None
     text = load_safetensors(read_member(row, "text_member", root, reader))
     with np.load(io.BytesIO(read_member(row, "camera_member", root, reader)), allow_pickle=False) as npz:
         c2w = torch.from_numpy(np.asarray(npz["c2w"], dtype=np.float32))
-    K = torch.from_numpy(np.asarray(np.load(io.BytesIO(read_member(row, "intrinsics_member", root, reader)), allow_pickle=False),
-                                    dtype=np.float32))
+    K = torch.from_numpy(
+        np.asarray(
+            np.load(io.BytesIO(read_member(row, "intrinsics_member", root, reader)), allow_pickle=False),
+            dtype=np.float32,
+        )
+    )
     return {
-        "latents": latents, "text_embeds": text["text_embeds"], "text_mask": text["text_mask"], "c2w": c2w, "K": K,
-        "caption": row.get("caption", ""), "sample_id": row["sample_id"],
+        "latents": latents,
+        "text_embeds": text["text_embeds"],
+        "text_mask": text["text_mask"],
+        "c2w": c2w,
+        "K": K,
+        "caption": row.get("caption", ""),
+        "sample_id": row["sample_id"],
         "view_codec": view_tag(row["route"], row["codec_hash"]),
     }

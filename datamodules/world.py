@@ -100,7 +100,9 @@ class WorldDataModule(pl.LightningDataModule):
         if (train_index is not None or test_index is not None) and release_root is None:
             raise ValueError("WorldDataModule: recipe mode needs release_root (the folder the index's shards live in)")
         if min(num_frames, width, height, batch_size, frame_stride, test_draws) < 1:
-            raise ValueError("WorldDataModule: num_frames, width, height, batch_size, frame_stride, test_draws must be >= 1")
+            raise ValueError(
+                "WorldDataModule: num_frames, width, height, batch_size, frame_stride, test_draws must be >= 1"
+            )
         self.num_frames, self.width, self.height = num_frames, width, height
         self.batch_size, self.frame_stride, self.seed = batch_size, frame_stride, seed
         self.corpus_dir, self.tiers, self.num_val_clips, self.synth = corpus_dir, tiers, num_val_clips, synth
@@ -112,12 +114,18 @@ class WorldDataModule(pl.LightningDataModule):
         if test_synth is not None and test_corpus_dir is None:
             raise ValueError("WorldDataModule: test_synth needs test_corpus_dir (where to render the test worlds)")
         if test_corpus_dir is not None and corpus_dir is None:
-            raise ValueError("WorldDataModule: test_corpus_dir is for corpus mode; recipe and view modes take test_index")
+            raise ValueError(
+                "WorldDataModule: test_corpus_dir is for corpus mode; recipe and view modes take test_index"
+            )
         self.test_corpus_dir, self.test_synth = test_corpus_dir, test_synth
         if test_multiview is not None and test_multiview_dir is None:
             raise ValueError("WorldDataModule: test_multiview needs test_multiview_dir (where to render the worlds)")
-        if test_multiview_dir is not None and (corpus_dir is None or test_multiview is None or test_multiview.views < 2):
-            raise ValueError("WorldDataModule: test_multiview_dir needs corpus mode and a test_multiview with views >= 2")
+        if test_multiview_dir is not None and (
+            corpus_dir is None or test_multiview is None or test_multiview.views < 2
+        ):
+            raise ValueError(
+                "WorldDataModule: test_multiview_dir needs corpus mode and a test_multiview with views >= 2"
+            )
         self.test_multiview_dir, self.test_multiview = test_multiview_dir, test_multiview
         self.multiview_dataset: ClipWindowDataset | None = None
         self.test_dataset: ClipWindowDataset | None = None
@@ -143,7 +151,9 @@ class WorldDataModule(pl.LightningDataModule):
                 self._check_rendered(Path(corpus_dir), synth)
             return
         if synth is None:
-            raise FileNotFoundError(f"WorldDataModule: corpus_dir {corpus_dir} does not exist and no synth spec is given")
+            raise FileNotFoundError(
+                f"WorldDataModule: corpus_dir {corpus_dir} does not exist and no synth spec is given"
+            )
         from solarwm.data.sources.synthetic import synth_corpus
 
         # Render next to the target and rename once complete, so an interrupted render is
@@ -215,13 +225,15 @@ class WorldDataModule(pl.LightningDataModule):
         for r in read_index(path, self.release_root):
             # A window row (window_frames) loads as its window already, so it starts at 0.
             windowed = "window_frames" in r
-            rows.append(Row(
-                sample_id=r["sample_id"],
-                num_frames=int(r["window_frames"] if windowed else r["num_frames"]),
-                epoch_repeats=int(r.get("epoch_repeats", 1)) if repeats else 1,
-                start_frame=0 if windowed else r.get("start_frame"),
-                index_row=r,
-            ))
+            rows.append(
+                Row(
+                    sample_id=r["sample_id"],
+                    num_frames=int(r["window_frames"] if windowed else r["num_frames"]),
+                    epoch_repeats=int(r.get("epoch_repeats", 1)) if repeats else 1,
+                    start_frame=0 if windowed else r.get("start_frame"),
+                    index_row=r,
+                )
+            )
         return rows
 
     def setup(self, stage: str | None = None) -> None:
@@ -243,8 +255,12 @@ class WorldDataModule(pl.LightningDataModule):
         if self.skipped:
             rank_zero_info(f"WorldDataModule: skipped {len(self.skipped)} clips: {self.skipped}")
         common = dict(
-            num_frames=self.num_frames, width=self.width, height=self.height,
-            frame_stride=self.frame_stride, seed=self.seed, release_root=self.release_root,
+            num_frames=self.num_frames,
+            width=self.width,
+            height=self.height,
+            frame_stride=self.frame_stride,
+            seed=self.seed,
+            release_root=self.release_root,
         )
         train_common = dict(common, release_root=self.latent_view) if self.latent_view is not None else common
         self.train_dataset = ClipWindowDataset(train, random_start=True, **train_common)
@@ -274,13 +290,28 @@ class WorldDataModule(pl.LightningDataModule):
         from solarwm.datamodules.latents import LatentViewError, read_view
 
         self.view_meta, rows = read_view(self.latent_view)
-        mine = {"num_frames": self.num_frames, "width": self.width, "height": self.height, "frame_stride": self.frame_stride}
+        mine = {
+            "num_frames": self.num_frames,
+            "width": self.width,
+            "height": self.height,
+            "frame_stride": self.frame_stride,
+        }
         theirs = {k: self.view_meta.get(k) for k in mine}
         if theirs != mine:
-            raise LatentViewError(f"latent view {self.latent_view} has windows {theirs}; this datamodule asks for {mine}")
+            raise LatentViewError(
+                f"latent view {self.latent_view} has windows {theirs}; this datamodule asks for {mine}"
+            )
         self._check_view_codec()
-        return [Row(sample_id=r["sample_id"], num_frames=self.num_frames, epoch_repeats=int(r.get("epoch_repeats", 1)),
-                    start_frame=0, index_row=r) for r in rows]
+        return [
+            Row(
+                sample_id=r["sample_id"],
+                num_frames=self.num_frames,
+                epoch_repeats=int(r.get("epoch_repeats", 1)),
+                start_frame=0,
+                index_row=r,
+            )
+            for r in rows
+        ]
 
     def _adapter(self):
         module = self.trainer.lightning_module if self.trainer is not None else None
@@ -307,7 +338,9 @@ class WorldDataModule(pl.LightningDataModule):
         # The strategy's data-parallel share: a sequence-parallel group's ranks read the same samples.
         share = getattr(self.trainer.strategy, "distributed_sampler_kwargs", None) if self.trainer is not None else None
         if num_replicas is None:
-            num_replicas = share["num_replicas"] if share else self.trainer.world_size if self.trainer is not None else 1
+            num_replicas = (
+                share["num_replicas"] if share else self.trainer.world_size if self.trainer is not None else 1
+            )
         if rank is None:
             rank = share["rank"] if share else self.trainer.global_rank if self.trainer is not None else 0
         return RepeatSampler(len(self.train_dataset), num_replicas, rank, shuffle=self.shuffle, seed=self.seed)
@@ -315,8 +348,12 @@ class WorldDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Shuffled occurrences (``seed + epoch``), this rank's share."""
         return DataLoader(
-            self.train_dataset, batch_size=self.batch_size, sampler=self.train_sampler(),
-            num_workers=self.num_workers, persistent_workers=self.num_workers > 0, drop_last=False,
+            self.train_dataset,
+            batch_size=self.batch_size,
+            sampler=self.train_sampler(),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            drop_last=False,
         )
 
     def _in_order(self, dataset: Dataset) -> DataLoader:
@@ -338,6 +375,7 @@ class WorldDataModule(pl.LightningDataModule):
         if self.multiview_dataset is None:
             return loader
         # The second loader gives one world per batch (its views): `solarwm test`'s test/camera_top1.
-        views = DataLoader(self.multiview_dataset, batch_size=self.test_multiview.views, shuffle=False,
-                           num_workers=self.num_workers)
+        views = DataLoader(
+            self.multiview_dataset, batch_size=self.test_multiview.views, shuffle=False, num_workers=self.num_workers
+        )
         return [loader, views]

@@ -61,9 +61,14 @@ def camera_top1(records: list[dict], seed: int = 0) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     picks = rng.integers(len(hits), size=(RESAMPLES, len(hits)))
     lo, hi = np.percentile(hits[picks].sum(1) / views[picks].sum(1), [2.5, 97.5])
-    return {"value": round(float(hits.sum() / views.sum()), 3), "lo": round(float(lo), 3), "hi": round(float(hi), 3),
-            "chance": round(float(1.0 / views.mean()), 3), "worlds": len(hits),
-            "margin_db_median": round(float(np.median([r["margin_db"] for r in records])), 3)}
+    return {
+        "value": round(float(hits.sum() / views.sum()), 3),
+        "lo": round(float(lo), 3),
+        "hi": round(float(hi), 3),
+        "chance": round(float(1.0 / views.mean()), 3),
+        "worlds": len(hits),
+        "margin_db_median": round(float(np.median([r["margin_db"] for r in records])), 3),
+    }
 
 
 def _by_world(records: list[dict], num_worlds: int) -> list[list[dict]]:
@@ -89,9 +94,11 @@ def _trans_ratio(records: list[dict]) -> float:
 def targets(records: list[dict], num_worlds: int, seed: int = 0) -> dict[str, dict[str, float]]:
     """The three-stage targets with bootstrap 95% intervals: PSNR gaps over both baselines, translation error / floor."""
     worlds = _by_world(records, num_worlds)
-    stats = {"psnr_minus_static": lambda r: _psnr_gap(r, "psnr_static"),
-             "psnr_minus_wrong_camera": lambda r: _psnr_gap(r, "psnr_wrong_camera"),
-             "trans_dir_err_over_floor": _trans_ratio}
+    stats = {
+        "psnr_minus_static": lambda r: _psnr_gap(r, "psnr_static"),
+        "psnr_minus_wrong_camera": lambda r: _psnr_gap(r, "psnr_wrong_camera"),
+        "trans_dir_err_over_floor": _trans_ratio,
+    }
     rng = np.random.default_rng(seed)
     draws = [_resample(worlds, rng) for _ in range(RESAMPLES)]
     result = {}
@@ -99,9 +106,11 @@ def targets(records: list[dict], num_worlds: int, seed: int = 0) -> dict[str, di
         values = np.array([stat(d) for d in draws])
         lo, hi = np.nanpercentile(values, [2.5, 97.5])
         result[name] = {"value": round(stat(records), 3), "lo": round(float(lo), 3), "hi": round(float(hi), 3)}
-    result["parallax_pairs"] = {"generated": sum(len(r["cam_trans_dir_err_deg"]) for r in records),
-                                "ground_truth": sum(len(r["cam_trans_dir_err_deg_gt"]) for r in records),
-                                "pairs": sum(len(r["cam_rot_err_deg"]) for r in records)}
+    result["parallax_pairs"] = {
+        "generated": sum(len(r["cam_trans_dir_err_deg"]) for r in records),
+        "ground_truth": sum(len(r["cam_trans_dir_err_deg_gt"]) for r in records),
+        "pairs": sum(len(r["cam_rot_err_deg"]) for r in records),
+    }
     return result
 
 
@@ -113,14 +122,18 @@ def print_table(results: dict) -> None:
             values = res["metrics"]
             print(f"{stage:<8}" + "".join(f"{values.get(c, float('nan')):>{len(c) + 2}.3f}" for c in COLUMNS))
         t = stages["stage3"]["targets"]
-        print("stage 3, 95% intervals: " + "; ".join(
-            f"{k} {v['value']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]" for k, v in t.items() if "value" in v)
+        print(
+            "stage 3, 95% intervals: "
+            + "; ".join(f"{k} {v['value']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]" for k, v in t.items() if "value" in v)
             + f"; pairs with parallax (generated / ground truth / all): {t['parallax_pairs']['generated']} / "
-              f"{t['parallax_pairs']['ground_truth']} / {t['parallax_pairs']['pairs']}")
+            f"{t['parallax_pairs']['ground_truth']} / {t['parallax_pairs']['pairs']}"
+        )
         top1 = stages["stage3"].get("camera_top1")
         if top1:
-            print(f"stage 3, camera top-1 on {top1['worlds']} multi-view worlds: {top1['value']:.2f} "
-                  f"[{top1['lo']:.2f}, {top1['hi']:.2f}] (chance {top1['chance']:.2f}; median margin {top1['margin_db_median']:.2f} dB)")
+            print(
+                f"stage 3, camera top-1 on {top1['worlds']} multi-view worlds: {top1['value']:.2f} "
+                f"[{top1['lo']:.2f}, {top1['hi']:.2f}] (chance {top1['chance']:.2f}; median margin {top1['margin_db_median']:.2f} dB)"
+            )
 
 
 def main() -> None:
@@ -131,8 +144,7 @@ def main() -> None:
         for stage, recipe in STAGES.items():
             metrics, records, multiview = stage_test(out, stage, recipe, family)
             num_worlds = len(records) // max(1, _draws(out, recipe))
-            results[family][stage] = {"metrics": metrics, "targets": targets(records, num_worlds),
-                                      "records": records}
+            results[family][stage] = {"metrics": metrics, "targets": targets(records, num_worlds), "records": records}
             if multiview:
                 results[family][stage].update(camera_top1=camera_top1(multiview), multiview_records=multiview)
     (out / "metrics.json").write_text(json.dumps(results, indent=1) + "\n")

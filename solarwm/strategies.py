@@ -32,7 +32,10 @@ from typing import Literal
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper, apply_activation_checkpointing
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    CheckpointWrapper,
+    apply_activation_checkpointing,
+)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
@@ -84,12 +87,16 @@ def shard_transformer(
     if activation_checkpointing:
         apply_activation_checkpointing(transformer, check_fn=lambda m: isinstance(m, block))
     units = [
-        m for m in transformer.modules()
+        m
+        for m in transformer.modules()
         if (isinstance(m, CheckpointWrapper) and isinstance(m._checkpoint_wrapped_module, block))
         or (isinstance(m, block) and not activation_checkpointing)
     ]
-    kwargs = {"mesh": mesh, "mp_policy": mp_policy or MixedPrecisionPolicy(),
-              "offload_policy": CPUOffloadPolicy() if cpu_offload else None}
+    kwargs = {
+        "mesh": mesh,
+        "mp_policy": mp_policy or MixedPrecisionPolicy(),
+        "offload_policy": CPUOffloadPolicy() if cpu_offload else None,
+    }
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     for unit in units:
         fully_shard(unit, reshard_after_forward=reshard_after_forward, **kwargs)
@@ -124,8 +131,10 @@ class RouteFSDPStrategy(ModelParallelStrategy):
         sequence_parallel_size: int = 1,
     ) -> None:
         if sharding_strategy not in ("FULL_SHARD", "SHARD_GRAD_OP"):
-            raise ValueError(f"sharding_strategy {sharding_strategy!r}: use FULL_SHARD or SHARD_GRAD_OP "
-                             "(for no sharding use `--trainer.strategy ddp`)")
+            raise ValueError(
+                f"sharding_strategy {sharding_strategy!r}: use FULL_SHARD or SHARD_GRAD_OP "
+                "(for no sharding use `--trainer.strategy ddp`)"
+            )
         self.activation_checkpointing = activation_checkpointing
         self.sharding_strategy = sharding_strategy
         self.cpu_offload = cpu_offload
@@ -188,9 +197,13 @@ class RouteFSDPStrategy(ModelParallelStrategy):
         transformer = adapter.transformer
         if not isinstance(transformer, FSDPModule):
             shard_transformer(
-                transformer, transformer_block_class(adapter), mesh=self.shard_mesh(),
-                activation_checkpointing=self.activation_checkpointing, mp_policy=self.mixed_precision_policy(),
-                reshard_after_forward=reshard, cpu_offload=self.cpu_offload,
+                transformer,
+                transformer_block_class(adapter),
+                mesh=self.shard_mesh(),
+                activation_checkpointing=self.activation_checkpointing,
+                mp_policy=self.mixed_precision_policy(),
+                reshard_after_forward=reshard,
+                cpu_offload=self.cpu_offload,
             )
         # The flow map's r-embedding (stage 2) is the adapter's, outside the transformer: its own unit, or its
         # parameters would stay plain tensors whose gradients no rank shares (and clipping would mix the two).

@@ -108,31 +108,58 @@ def predict(
     frame, _ = resize_crop(frame, np.zeros((1, 4)), width, height)
     first = (frame / 127.5 - 1.0).clamp(-1, 1)
     c2w = torch.as_tensor(traj.c2w[:num_frames], dtype=torch.float64)[None]
-    K = torch.as_tensor(fit_intrinsics(traj.K[:num_frames], traj.width, traj.height, width, height), dtype=torch.float32)[None]
+    K = torch.as_tensor(
+        fit_intrinsics(traj.K[:num_frames], traj.width, traj.height, width, height), dtype=torch.float32
+    )[None]
     generator = torch.Generator().manual_seed(seed)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     if causal:
         from solarwm.rollout.session import write_rollout
 
-        stats = write_rollout(route.eval(), first, c2w, K, caption, out, traj.fps, num_steps or 4, default_solver(route),
-                              seed, progress=progress)
+        stats = write_rollout(
+            route.eval(),
+            first,
+            c2w,
+            K,
+            caption,
+            out,
+            traj.fps,
+            num_steps or 4,
+            default_solver(route),
+            seed,
+            progress=progress,
+        )
     else:
         from solarwm.data.video import to_uint8_frames, write_video
 
         generator_model.eval()
         with torch.no_grad():
             video = generator_model.generate(
-                first_frame=first, caption=[caption], c2w=c2w.float(), K=K,
-                num_steps=num_steps or 20, generator=generator,
+                first_frame=first,
+                caption=[caption],
+                c2w=c2w.float(),
+                K=K,
+                num_steps=num_steps or 20,
+                generator=generator,
             )
         frames = to_uint8_frames(video[0])
         write_video(out, frames, traj.fps)
         stats = {"num_frames": int(frames.shape[0])}
-    print(json.dumps({
-        "output": str(out), "width": width, "height": height, "fps": traj.fps, "causal": causal,
-        "weights": checkpoint or adapter, "ema": ema_used, **stats,
-    }))
+    print(
+        json.dumps(
+            {
+                "output": str(out),
+                "width": width,
+                "height": height,
+                "fps": traj.fps,
+                "causal": causal,
+                "weights": checkpoint or adapter,
+                "ema": ema_used,
+                **stats,
+            }
+        )
+    )
     return 0
 
 
@@ -155,8 +182,9 @@ def predict_parser() -> Any:
 
     # Not jsonargparse.auto_cli: it reserves --config for its own config file, and here
     # --config is the training recipe the checkpoint belongs to.
-    parser = ArgumentParser(prog="solarwm predict", description=predict.__doc__.splitlines()[0], default_env=False,
-                            exit_on_error=False)
+    parser = ArgumentParser(
+        prog="solarwm predict", description=predict.__doc__.splitlines()[0], default_env=False, exit_on_error=False
+    )
     parser.add_function_arguments(predict, as_positional=False)
     return parser
 

@@ -20,7 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # solarwm.kernels) would shadow Hugging Face's `kernels` package, which transformers imports. `python -m pytest`
 # and pytest-xdist's workers put the working directory first on sys.path; take it out before any test imports.
 sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != ROOT]
-if getattr(sys.modules.get("kernels"), "__file__", None) and Path(sys.modules["kernels"].__file__).parent == ROOT / "kernels":
+if (
+    getattr(sys.modules.get("kernels"), "__file__", None)
+    and Path(sys.modules["kernels"].__file__).parent == ROOT / "kernels"
+):
     del sys.modules["kernels"]
 
 from routes import ROUTES  # noqa: E402  (after the path is fixed)
@@ -41,8 +44,9 @@ def render_corpus(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pat
 
     made: dict[tuple, Path] = {}
 
-    def render(clips: int = 3, frames: int = 9, width: int = 48, height: int = 32, fps: float = 8.0, seed: int = 0,
-               **synth) -> Path:
+    def render(
+        clips: int = 3, frames: int = 9, width: int = 48, height: int = 32, fps: float = 8.0, seed: int = 0, **synth
+    ) -> Path:
         key = (clips, frames, width, height, fps, seed, tuple(sorted(synth.items())))
         if key not in made:
             out = tmp_path_factory.mktemp("rendered") / "corpus"
@@ -71,7 +75,9 @@ def tiny_recipe(tmp_path: Path) -> Callable[..., Path]:
     rendered 9-frame clips, writing under this test's ``tmp_path`` (``runs.tiny_recipe``)."""
     from runs import tiny_recipe as make
 
-    def build(recipe: str = "tiny_bid.yaml", corpus: Path | None = None, root: Path | None = None, **adapter_init) -> Path:
+    def build(
+        recipe: str = "tiny_bid.yaml", corpus: Path | None = None, root: Path | None = None, **adapter_init
+    ) -> Path:
         return make(root or tmp_path / Path(recipe).stem, recipe, corpus, **adapter_init)
 
     return build

@@ -24,7 +24,9 @@ class ControlError(ValueError):
     """A twist or controller setting is not usable (wrong shape, not finite, above the maximum)."""
 
 
-def check_twist(velocity: Sequence[float], angular: Sequence[float], max_speed: float, max_angular: float) -> np.ndarray:
+def check_twist(
+    velocity: Sequence[float], angular: Sequence[float], max_speed: float, max_angular: float
+) -> np.ndarray:
     """The twist ``[6]`` (m/s, deg/s) after checking shape, finiteness and ``|v| <= max_speed``, ``|w| <= max_angular``."""
     try:
         v = np.asarray(velocity, dtype=np.float64)
@@ -32,7 +34,9 @@ def check_twist(velocity: Sequence[float], angular: Sequence[float], max_speed: 
     except (TypeError, ValueError):
         raise ControlError("velocity and angular must be lists of 3 numbers") from None
     if v.shape != (3,) or w.shape != (3,):
-        raise ControlError(f"velocity and angular must be lists of 3 numbers, got shapes {list(v.shape)} and {list(w.shape)}")
+        raise ControlError(
+            f"velocity and angular must be lists of 3 numbers, got shapes {list(v.shape)} and {list(w.shape)}"
+        )
     if not (np.isfinite(v).all() and np.isfinite(w).all()):
         raise ControlError("velocity and angular must be finite")
     if np.linalg.norm(v) > max_speed + 1e-9:

@@ -138,7 +138,9 @@ def check_se3(T: Array, atol: float = 1e-4) -> None:
     ortho = np.abs(R @ np.swapaxes(R, 1, 2) - np.eye(3)).max(axis=(1, 2))
     if (ortho > atol).any():
         bad = np.flatnonzero(ortho > atol)
-        raise PoseError("orthonormal", f"rotation not orthonormal in pose(s) {bad[:8].tolist()} (max error {ortho.max():.2e})")
+        raise PoseError(
+            "orthonormal", f"rotation not orthonormal in pose(s) {bad[:8].tolist()} (max error {ortho.max():.2e})"
+        )
     det = np.linalg.det(R)
     if (np.abs(det - 1.0) > atol).any():
         bad = np.flatnonzero(np.abs(det - 1.0) > atol)

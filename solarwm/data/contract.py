@@ -104,7 +104,9 @@ def check_alignment(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int |
     if errors:
         return errors
     if num_frames is not None and not (num_frames == len(c2w) == len(K)):
-        errors.append(ClipError(name, "frame_count", f"video has {num_frames} frames, poses {len(c2w)}, intrinsics {len(K)}"))
+        errors.append(
+            ClipError(name, "frame_count", f"video has {num_frames} frames, poses {len(c2w)}, intrinsics {len(K)}")
+        )
     elif len(c2w) != len(K):
         errors.append(ClipError(name, "frame_count", f"poses {len(c2w)} vs intrinsics {len(K)}"))
     return errors
@@ -126,7 +128,10 @@ def _check_arrays(name: str, c2w: np.ndarray, K: np.ndarray, num_frames: int | N
 
 
 def write_clip(
-    clip: Clip, corpus_dir: str | Path, validate: bool = True, fps: float | None = None,
+    clip: Clip,
+    corpus_dir: str | Path,
+    validate: bool = True,
+    fps: float | None = None,
     arrays: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Write ``clip`` as ``corpus_dir/<clip_id>/`` atomically; returns the folder.
@@ -159,7 +164,9 @@ def write_clip(
         np.save(tmp / "intrinsics.npy", K)
         for name, arr in (arrays or {}).items():
             if validate and len(arr) != len(clip.frames):
-                raise ClipError(clip.clip_id, f"{name}_count", f"{name} has {len(arr)} rows for {len(clip.frames)} frames")
+                raise ClipError(
+                    clip.clip_id, f"{name}_count", f"{name} has {len(arr)} rows for {len(clip.frames)} frames"
+                )
             np.save(tmp / f"{name}.npy", np.asarray(arr))
         (tmp / "prompt.txt").write_text(clip.caption.strip() + "\n")
         clip.meta = {**clip.meta, **probe_video(tmp / "video.mp4")}
@@ -173,7 +180,12 @@ def write_clip(
 
 
 def write_failed_clip(
-    corpus_dir: str | Path, cid: str, stage: str, version: str, error: str, provenance: dict[str, Any],
+    corpus_dir: str | Path,
+    cid: str,
+    stage: str,
+    version: str,
+    error: str,
+    provenance: dict[str, Any],
 ) -> Path:
     """Record ``cid`` as failed at ``stage``: a ``meta.json``-only clip folder, written atomically.
 
@@ -275,7 +287,9 @@ def validate_clip(folder: str | Path) -> list[ClipError]:
         return [ClipError(str(folder), "video", str(e))]
     errors = _check_arrays(str(folder), c2w, K, n)
     if meta["meta"].get("num_frames") != n:
-        errors.append(ClipError(str(folder), "meta_num_frames", f"meta.json says {meta['meta'].get('num_frames')}, video has {n}"))
+        errors.append(
+            ClipError(str(folder), "meta_num_frames", f"meta.json says {meta['meta'].get('num_frames')}, video has {n}")
+        )
     return errors
 
 
@@ -297,8 +311,14 @@ def read_clip(folder: str | Path, load_video: bool = True, validate: bool = True
         if errors:
             raise errors[0]
     return Clip(
-        clip_id=meta["clip_id"], frames=frames, c2w=c2w, K=K, caption=meta.get("caption", ""),
-        meta=meta["meta"], metrics=meta.get("metrics", {}), provenance=meta.get("provenance", {}),
+        clip_id=meta["clip_id"],
+        frames=frames,
+        c2w=c2w,
+        K=K,
+        caption=meta.get("caption", ""),
+        meta=meta["meta"],
+        metrics=meta.get("metrics", {}),
+        provenance=meta.get("provenance", {}),
         selection=meta.get("selection"),
     )
 

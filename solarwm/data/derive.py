@@ -117,7 +117,9 @@ class CleanPlate:
             raise DeriveError("clean_plate_unavailable", f"{weights}: no diffusers model_index.json (LTX-2.3 weights)")
         lora = Path(lora) if lora else next(iter(sorted(weights.glob("*clean*plate*.safetensors"))), None)
         if lora is None or not lora.is_file() or lora.suffix != ".safetensors":
-            raise DeriveError("clean_plate_unavailable", f"Clean Plate IC-LoRA safetensors not found ({lora or weights})")
+            raise DeriveError(
+                "clean_plate_unavailable", f"Clean Plate IC-LoRA safetensors not found ({lora or weights})"
+            )
         with safe_open(str(lora), framework="pt") as f:
             factor = int((f.metadata() or {}).get("reference_downscale_factor", 1))
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
@@ -129,9 +131,17 @@ class CleanPlate:
 
     def versions(self, n: int) -> dict[str, Any]:
         """What produced a derived clip of ``n`` frames (recorded in ``provenance.versions``)."""
-        return {"transform": "ltx2.3-clean-plate-ic-lora", "lora": self.lora_name, "steps": STEPS,
-                "strength": STRENGTH, "seed": SEED, "model_size": list(self.model_size), "model_fps": MODEL_FPS,
-                "model_frames": model_frames(n), "reference_downscale_factor": self.reference_downscale_factor}
+        return {
+            "transform": "ltx2.3-clean-plate-ic-lora",
+            "lora": self.lora_name,
+            "steps": STEPS,
+            "strength": STRENGTH,
+            "seed": SEED,
+            "model_size": list(self.model_size),
+            "model_fps": MODEL_FPS,
+            "model_frames": model_frames(n),
+            "reference_downscale_factor": self.reference_downscale_factor,
+        }
 
     def __call__(self, frames: np.ndarray, caption: str) -> np.ndarray:
         """Parent frames uint8 ``[T, H, W, 3]`` at 16 fps → Clean Plate frames uint8 ``[T, h, w, 3]`` at 16 fps.
@@ -151,14 +161,28 @@ class CleanPlate:
             prompt=caption or "",
             # diffusers reads numpy video as float in [0, 1], [F, H, W, 3].
             reference_conditions=[LTX2ReferenceCondition(frames=ref.astype(np.float32) / 255.0, strength=STRENGTH)],
-            reference_downscale_factor=d, width=w, height=h, num_frames=n_model, frame_rate=MODEL_FPS,
-            num_inference_steps=STEPS, sigmas=list(DISTILLED_SIGMA_VALUES), guidance_scale=1.0, stg_scale=0.0,
-            audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0, guidance_rescale=0.0,
-            audio_guidance_rescale=0.0, generator=torch.Generator(device="cpu").manual_seed(SEED), output_type="np",
+            reference_downscale_factor=d,
+            width=w,
+            height=h,
+            num_frames=n_model,
+            frame_rate=MODEL_FPS,
+            num_inference_steps=STEPS,
+            sigmas=list(DISTILLED_SIGMA_VALUES),
+            guidance_scale=1.0,
+            stg_scale=0.0,
+            audio_stg_scale=0.0,
+            modality_scale=1.0,
+            audio_modality_scale=1.0,
+            guidance_rescale=0.0,
+            audio_guidance_rescale=0.0,
+            generator=torch.Generator(device="cpu").manual_seed(SEED),
+            output_type="np",
         ).frames[0]  # [F, h, w, 3] float in [0, 1]
         video = (np.clip(np.asarray(out, dtype=np.float32), 0, 1) * 255).round().astype(np.uint8)
         if video.shape != (n_model, h, w, 3):
-            raise DeriveError("transform_output", f"pipeline returned {list(video.shape)}, expected {[n_model, h, w, 3]}")
+            raise DeriveError(
+                "transform_output", f"pipeline returned {list(video.shape)}, expected {[n_model, h, w, 3]}"
+            )
         return resize_frames(video[resample_indices(t, MODEL_FPS, FPS, len(video))], *self.output_size)
 
 
@@ -194,16 +218,24 @@ def derive_clip(parent_dir: Path, out: Path, transform: Transform) -> dict[str, 
     prov = doc.get("provenance", {})
     owner = prov.get("owner")
     if owner not in CLEAN_OF:
-        return {**record, "status": "skipped", "reason": "not_a_clean_plate_source",
-                "detail": f"owner {owner!r}; clean-plate derives {sorted(CLEAN_OF)}"}
+        return {
+            **record,
+            "status": "skipped",
+            "reason": "not_a_clean_plate_source",
+            "detail": f"owner {owner!r}; clean-plate derives {sorted(CLEAN_OF)}",
+        }
     meta = doc.get("meta", {})
     parent_id = doc.get("clip_id", parent_dir.name)
     plan = slice_plan(int(meta.get("num_frames") or 0))
     start, end = plan or (0, 0)  # a parent too short to slice fails with the interval [0, 0)
     cid = record["clip"] = clip_id(CLEAN_OF[owner], parent_id, start, end)
     lineage = {"parent_clip_id": parent_id, "parent_owner": owner, "parent_interval": [start, end]}
-    provenance = {"owner": CLEAN_OF[owner], "original_id": prov.get("original_id", parent_id),
-                  "frame_interval": [start, end], "lineage": lineage}
+    provenance = {
+        "owner": CLEAN_OF[owner],
+        "original_id": prov.get("original_id", parent_id),
+        "frame_interval": [start, end],
+        "lineage": lineage,
+    }
     try:
         if pose_units(meta) != "metric":
             raise DeriveError("metric_scale_unrecoverable", f"parent pose_units is {meta['pose_units']!r}, not metric")
@@ -232,13 +264,22 @@ def derive_clip(parent_dir: Path, out: Path, transform: Transform) -> dict[str, 
         if tier is not None:
             lineage["source_tier"] = tier
         provenance.update(
-            conversions=[{"name": "slice_parent", "version": "1", "interval": [start, end]},
-                         {"name": "resize_intrinsics", "version": "1", "scale": [sx, sy]}],
+            conversions=[
+                {"name": "slice_parent", "version": "1", "interval": [start, end]},
+                {"name": "resize_intrinsics", "version": "1", "scale": [sx, sy]},
+            ],
             versions=_versions(transform, end - start),
             stages={"derive": {"status": "ok", "version": DERIVE_VERSION}},
         )
-        clip = Clip(cid, frames, parent.c2w[start:end].copy(), resize_intrinsics(parent.K[start:end], sx, sy),
-                    caption="", meta={"fps": FPS, "pose_units": "metric"}, provenance=provenance)
+        clip = Clip(
+            cid,
+            frames,
+            parent.c2w[start:end].copy(),
+            resize_intrinsics(parent.K[start:end], sx, sy),
+            caption="",
+            meta={"fps": FPS, "pose_units": "metric"},
+            provenance=provenance,
+        )
         write_clip(clip, out)
         record["status"] = "derived"
     except DeriveError as e:
@@ -270,15 +311,27 @@ def derive_corpus(corpus: str | Path, out: str | Path, transform: Transform) -> 
         for rec in records:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
     counts = {s: sum(r["status"] == s for r in records) for s in ("derived", "cached", "failed", "skipped")}
-    line = (f"parents {len(records)} = derived {counts['derived']} + already derived {counts['cached']}"
-            f" + failed {counts['failed']} + not a Clean Plate source {counts['skipped']}")
+    line = (
+        f"parents {len(records)} = derived {counts['derived']} + already derived {counts['cached']}"
+        f" + failed {counts['failed']} + not a Clean Plate source {counts['skipped']}"
+    )
     eligible = sum("clip" in r for r in records)
-    return {"command": "derive", "parents": len(records), "eligible": eligible, **counts,
-            "line": line, "failed_parents": [r for r in records if r["status"] == "failed"]}
+    return {
+        "command": "derive",
+        "parents": len(records),
+        "eligible": eligible,
+        **counts,
+        "line": line,
+        "failed_parents": [r for r in records if r["status"] == "failed"],
+    }
 
 
 def derive_command(
-    corpus: str, out: str, transform: str = "clean-plate", weights: str | None = None, lora: str | None = None,
+    corpus: str,
+    out: str,
+    transform: str = "clean-plate",
+    weights: str | None = None,
+    lora: str | None = None,
     device: str = "cpu",
 ) -> int:
     """Derive a new owner's clips from a corpus (Clean Plate: miradata, sekai_walking, spatialvid parents).
@@ -298,7 +351,9 @@ def derive_command(
     if weights is None:
         weights = os.environ.get("SOLARWM_CLEAN_PLATE_WEIGHTS")
     if not weights:
-        return print_error("data derive", "clean_plate_unavailable: pass --weights DIR (a local diffusers LTX-2.3 folder)")
+        return print_error(
+            "data derive", "clean_plate_unavailable: pass --weights DIR (a local diffusers LTX-2.3 folder)"
+        )
     try:
         model = CleanPlate.from_local(weights, lora, device)
         summary = derive_corpus(corpus, out, model)

@@ -88,7 +88,9 @@ def _local_tasks(fn: Callable[[Any], Any], args: Sequence[Any]) -> Iterator[tupl
         yield i, outcome
 
 
-def _pool_tasks(fn: Callable[[Any], Any], args: Sequence[Any], workers: int, max_retries: int) -> Iterator[tuple[int, Any]]:
+def _pool_tasks(
+    fn: Callable[[Any], Any], args: Sequence[Any], workers: int, max_retries: int
+) -> Iterator[tuple[int, Any]]:
     """A spawn process pool; a dead worker breaks the pool, which is rebuilt and the unfinished tasks resubmitted."""
     # spawn: workers must not inherit a parent that already initialised torch/FFmpeg threads.
     ctx = multiprocessing.get_context("spawn")

@@ -68,7 +68,11 @@ def _lines(path: Path) -> Iterator[str]:
 def write_rows(path: str | Path, rows: list[dict]) -> Path:
     """Write rows as gzipped JSON lines, atomically and byte-reproducibly (gzip mtime 0)."""
     path = Path(path)
-    with atomic_path(path) as tmp, open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+    with (
+        atomic_path(path) as tmp,
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz,
+    ):
         for row in rows:
             gz.write((json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
     return path
@@ -189,7 +193,10 @@ def _row_failures(row: Any, root: Path, seen: set[str], reader: ShardReader) -> 
         start, length, total = row.get("start_frame", 0), row.get("window_frames"), row.get("num_frames")
         ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, length, total))
         if not ints or start < 0 or length < 1 or start + length > total:
-            yield "window", f"start_frame={start!r} window_frames={length!r} num_frames={total!r} is not a window inside the clip"
+            yield (
+                "window",
+                f"start_frame={start!r} window_frames={length!r} num_frames={total!r} is not a window inside the clip",
+            )
 
     members = {f: row[f] for f in sorted(row) if f.endswith("_member")}
     bad_path = False
@@ -251,7 +258,9 @@ def read_index(path: str | Path, root: str | Path, reader: ShardReader | None = 
     return rows
 
 
-def check_index(path: str | Path, root: str | Path, reader: ShardReader | None = None) -> tuple[list[dict], list[IndexValidationError]]:
+def check_index(
+    path: str | Path, root: str | Path, reader: ShardReader | None = None
+) -> tuple[list[dict], list[IndexValidationError]]:
     """Validate every row, collecting all failures: returns (valid rows, failures)."""
     path, root = Path(path), Path(root).resolve()
     rows, failures = [], []
@@ -279,17 +288,23 @@ def load_row(row: dict, root: str | Path, reader: ShardReader | None = None) -> 
     """
     reader = reader or _DEFAULT_READER
     where = f"row sample_id={row.get('sample_id')!r} shard={row.get('shard')!r}"
-    frames = read_video_bytes(read_member(row, "video_member", root, reader), name=f"{row.get('shard')}:{row.get('video_member')}")
+    frames = read_video_bytes(
+        read_member(row, "video_member", root, reader), name=f"{row.get('shard')}:{row.get('video_member')}"
+    )
     with np.load(io.BytesIO(read_member(row, "camera_member", root, reader)), allow_pickle=False) as npz:
         c2w = np.asarray(npz["c2w"], dtype=np.float64)
-    K = np.asarray(np.load(io.BytesIO(read_member(row, "intrinsics_member", root, reader)), allow_pickle=False), dtype=np.float64)
+    K = np.asarray(
+        np.load(io.BytesIO(read_member(row, "intrinsics_member", root, reader)), allow_pickle=False), dtype=np.float64
+    )
     manifest = json.loads(read_member(row, "manifest_member", root, reader))
     errors = check_alignment(where, c2w, K, len(frames))  # the contract's one frame-alignment check
     if errors:
-        raise IndexValidationError((0, row.get("sample_id")), "frame_alignment", f"{errors[0].check}: {errors[0].detail}")
+        raise IndexValidationError(
+            (0, row.get("sample_id")), "frame_alignment", f"{errors[0].check}: {errors[0].detail}"
+        )
     if "window_frames" in row:
         start, length = int(row.get("start_frame", 0)), int(row["window_frames"])
-        frames, c2w, K = frames[start:start + length], c2w[start:start + length], K[start:start + length]
+        frames, c2w, K = frames[start : start + length], c2w[start : start + length], K[start : start + length]
     caption = manifest.get("caption")
     if caption is None:
         caption = row.get("caption", "")

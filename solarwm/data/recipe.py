@@ -216,7 +216,9 @@ def build_recipe(rows: list[dict], spec: RecipeSpec) -> tuple[list[dict], list[d
         raise RecipeError(spec.name, "split", f"{len(overlap)} id(s) in both train and test, e.g. {sorted(overlap)[:3]}")
 
     def tally(rows_: list[dict]) -> dict:
-        per: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: {"physical": 0, "virtual": 0, "clips": 0}))
+        per: dict[str, dict[str, dict[str, int]]] = defaultdict(
+            lambda: defaultdict(lambda: {"physical": 0, "virtual": 0, "clips": 0})
+        )
         clips = defaultdict(set)
         for r in rows_:
             cell = per[r["dataset"]][PARTITIONS[r["kept_tier"]]]

@@ -38,9 +38,20 @@ from solarwm.util.atomic import atomic_path, atomic_write_text  # noqa: E402
 
 # Outcome columns in display order, and their colours (Figure 4/5 palette: high teal, xhigh green, rejected grey).
 OUTCOME_ORDER = ("kept-xhigh", "kept-high", "rejected", "failed", "pending")
-COLOURS = {"kept-xhigh": "#8fd18f", "kept-high": "#1f7f7f", "rejected": "#a0a0a0", "failed": "#d9534f", "pending": "#f0ad4e"}
+COLOURS = {
+    "kept-xhigh": "#8fd18f",
+    "kept-high": "#1f7f7f",
+    "rejected": "#a0a0a0",
+    "failed": "#d9534f",
+    "pending": "#f0ad4e",
+}
 # Figure 5's length bins: [lo, hi) in frames.
-LENGTH_BINS: tuple[tuple[str, int, float], ...] = (("<81", 0, 81), ("81–152", 81, 153), ("153–956", 153, 957), ("≥957", 957, math.inf))
+LENGTH_BINS: tuple[tuple[str, int, float], ...] = (
+    ("<81", 0, 81),
+    ("81–152", 81, 153),
+    ("153–956", 153, 957),
+    ("≥957", 957, math.inf),
+)
 
 
 def _corpus_records(corpus: Path) -> tuple[list[dict], str]:
@@ -53,12 +64,14 @@ def _corpus_records(corpus: Path) -> tuple[list[dict], str]:
             records.append({"owner": "unknown", "outcome": "failed", "reasons": [], "flat": {}})
             continue
         reasons = (meta.get("selection") or {}).get("reasons")
-        records.append({
-            "owner": meta["provenance"].get("owner", "unknown"),
-            "outcome": outcome(meta),
-            "reasons": list(reasons) if isinstance(reasons, list) else [],
-            "flat": flatten_meta(meta),
-        })
+        records.append(
+            {
+                "owner": meta["provenance"].get("owner", "unknown"),
+                "outcome": outcome(meta),
+                "reasons": list(reasons) if isinstance(reasons, list) else [],
+                "flat": flatten_meta(meta),
+            }
+        )
     return records, account(corpus).line()
 
 
@@ -68,12 +81,14 @@ def _release_records(release: Path) -> tuple[list[dict], str]:
     records = []
     for row in rows:
         manifest = json.loads(read_member(row, "manifest_member", release))
-        records.append({
-            "owner": row["dataset"],
-            "outcome": "rejected" if row["kept_tier"] == "rejected" else f"kept-{row['kept_tier']}",
-            "reasons": list(manifest.get("reasons", [])),
-            "flat": flatten_meta({**manifest, "clip_id": row["sample_id"]}),
-        })
+        records.append(
+            {
+                "owner": row["dataset"],
+                "outcome": "rejected" if row["kept_tier"] == "rejected" else f"kept-{row['kept_tier']}",
+                "reasons": list(manifest.get("reasons", [])),
+                "flat": flatten_meta({**manifest, "clip_id": row["sample_id"]}),
+            }
+        )
     summary_path = release / SUMMARY_PATH
     line = ""
     if summary_path.exists():
@@ -98,7 +113,11 @@ def _tables(records: list[dict]) -> dict[str, Any]:
             by_length[name][r["outcome"]] += 1
         if r["outcome"] == "rejected":
             reasons[r["owner"]].update(r["reasons"])
-    return {"by_owner": dict(sorted(by_owner.items())), "by_length": by_length, "reasons": dict(sorted(reasons.items()))}
+    return {
+        "by_owner": dict(sorted(by_owner.items())),
+        "by_length": by_length,
+        "reasons": dict(sorted(reasons.items())),
+    }
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
@@ -170,10 +189,7 @@ def _thresholds(policy: Policy | None, owner: str) -> dict[str, list[tuple[float
 
 def _metrics_figure(owner: str, records: list[dict], policy: Policy | None, path: Path) -> list[str]:
     """Histograms of every numeric policy column present for one owner, stacked by outcome; returns columns."""
-    columns = [
-        c for c, kind in COLUMNS.items()
-        if kind == NUMBER and any(_finite(r["flat"].get(c)) for r in records)
-    ]
+    columns = [c for c, kind in COLUMNS.items() if kind == NUMBER and any(_finite(r["flat"].get(c)) for r in records)]
     if not columns:
         return []
     thresholds = _thresholds(policy, owner)
@@ -194,10 +210,15 @@ def _metrics_figure(owner: str, records: list[dict], policy: Policy | None, path
         bins = np.linspace(lo, hi if hi > lo else lo + 1.0, 31)
         ax.hist(stacks, bins=bins, stacked=True, color=colours, label=labels)
         for bound, rule in thresholds.get(column, []):
-            ax.axvline(bound, color="tab:red" if rule == "kept" else "tab:green", linestyle="-" if rule == "kept" else "--", linewidth=1.2)
+            ax.axvline(
+                bound,
+                color="tab:red" if rule == "kept" else "tab:green",
+                linestyle="-" if rule == "kept" else "--",
+                linewidth=1.2,
+            )
         ax.set_title(column, fontsize=9)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(columns):]:
+    for ax in list(axes.flat)[len(columns) :]:
         ax.set_axis_off()
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.suptitle(f"{owner}: metric distributions (red: kept thresholds, green dashed: xhigh)")
@@ -222,13 +243,36 @@ def _owner_rows(by_owner: dict[str, Counter]) -> list[list[Any]]:
     rows, total = [], Counter()
     for owner, c in by_owner.items():
         total.update(c)
-        rows.append([owner, sum(c.values()), c["kept-high"], c["kept-xhigh"], c["kept-high"] + c["kept-xhigh"], c["rejected"], c["failed"], c["pending"]])
-    rows.append(["Total", sum(total.values()), total["kept-high"], total["kept-xhigh"], total["kept-high"] + total["kept-xhigh"], total["rejected"], total["failed"], total["pending"]])
+        rows.append(
+            [
+                owner,
+                sum(c.values()),
+                c["kept-high"],
+                c["kept-xhigh"],
+                c["kept-high"] + c["kept-xhigh"],
+                c["rejected"],
+                c["failed"],
+                c["pending"],
+            ]
+        )
+    rows.append(
+        [
+            "Total",
+            sum(total.values()),
+            total["kept-high"],
+            total["kept-xhigh"],
+            total["kept-high"] + total["kept-xhigh"],
+            total["rejected"],
+            total["failed"],
+            total["pending"],
+        ]
+    )
     return rows
 
 
-def report_command(out: str, corpus: str | None = None, release: str | None = None,
-                   policy: str = "recipes/policies/solarwm-v1.yaml") -> int:
+def report_command(
+    out: str, corpus: str | None = None, release: str | None = None, policy: str = "recipes/policies/solarwm-v1.yaml"
+) -> int:
     """Write PNG figures and an HTML page summarising a corpus or a release (Figures 4 and 5).
 
     Args:
@@ -264,33 +308,41 @@ def report_command(out: str, corpus: str | None = None, release: str | None = No
     owner_header = ["owner", "all", "high", "xhigh", "kept", "rejected", "failed", "pending"]
     length_rows = [[name, sum(c.values())] + [c[o] for o in OUTCOME_ORDER] for name, c in tables["by_length"].items()]
     reason_rows = [[owner, gate, n] for owner, c in tables["reasons"].items() for gate, n in c.most_common()]
-    policy_note = (f"Thresholds from policy {html.escape(pol.name)} {html.escape(pol.version)} ({html.escape(policy)})."
-                   if pol else f"Policy {html.escape(str(policy))} not found: distributions are drawn without thresholds.")
+    policy_note = (
+        f"Thresholds from policy {html.escape(pol.name)} {html.escape(pol.version)} ({html.escape(policy)})."
+        if pol
+        else f"Policy {html.escape(str(policy))} not found: distributions are drawn without thresholds."
+    )
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>SolarWM data report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head>
 <body><h1>SolarWM data report</h1>
-<p>Source: {html.escape(str(source))} ({'corpus' if corpus else 'release'}), {len(records)} clips.</p>
+<p>Source: {html.escape(str(source))} ({"corpus" if corpus else "release"}), {len(records)} clips.</p>
 <p><b>Accounting:</b> {html.escape(accounting_line)}</p>
-<h2>Clips per owner by tier</h2>{_html_table(owner_header, _owner_rows(tables['by_owner']))}
+<h2>Clips per owner by tier</h2>{_html_table(owner_header, _owner_rows(tables["by_owner"]))}
 <img src="owners_by_tier.png" alt="clips per owner by tier">
-<h2>Clip length by tier</h2>{_html_table(['frames', 'all', *OUTCOME_ORDER], length_rows)}
+<h2>Clip length by tier</h2>{_html_table(["frames", "all", *OUTCOME_ORDER], length_rows)}
 <img src="length_by_tier.png" alt="clip length by tier">
-<h2>Rejection reasons by owner</h2>{_html_table(['owner', 'failed gate', 'clips'], reason_rows)}
+<h2>Rejection reasons by owner</h2>{_html_table(["owner", "failed gate", "clips"], reason_rows)}
 <img src="rejection_reasons.png" alt="rejection reasons by owner">
 <h2>Metric distributions</h2><p>{policy_note}</p>
-{''.join(f'<h3>{html.escape(o)}</h3><img src="{html.escape(f"metrics_{o}.png")}" alt="metrics of {html.escape(o)}">' for o in metric_columns)}
+{"".join(f'<h3>{html.escape(o)}</h3><img src="{html.escape(f"metrics_{o}.png")}" alt="metrics of {html.escape(o)}">' for o in metric_columns)}
 </body></html>
 """
     atomic_write_text(out_path / "index.html", page)
     summary = {
-        "source": str(source), "kind": "corpus" if corpus else "release", "clips": len(records),
-        "accounting": accounting_line, "policy": policy if pol else None,
+        "source": str(source),
+        "kind": "corpus" if corpus else "release",
+        "clips": len(records),
+        "accounting": accounting_line,
+        "policy": policy if pol else None,
         "by_owner": {o: dict(c) for o, c in tables["by_owner"].items()},
         "by_length": {b: dict(c) for b, c in tables["by_length"].items()},
         "reasons": {o: dict(c) for o, c in tables["reasons"].items()},
-        "metric_columns": metric_columns, "figures": figures, "html": "index.html",
+        "metric_columns": metric_columns,
+        "figures": figures,
+        "html": "index.html",
     }
     atomic_write_text(out_path / "report.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     print(json.dumps(summary, indent=2))

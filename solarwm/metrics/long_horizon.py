@@ -97,6 +97,8 @@ def summarise(per_world: list[dict[str, np.ndarray]], band: tuple[float, float] 
         "worst_gap_window": worst,
         "worst_gap_db": round(float(mean_gap[worst]), 3),
         "worst_gap_ci": [round(v, 3) for v in bootstrap_interval(gap[:, worst])],
-        "min_gap_from_5s_ci": [round(v, 3) for v in bootstrap_interval(gap[:, from_window:], lambda g: g.mean(0).min())],
+        "min_gap_from_5s_ci": [
+            round(v, 3) for v in bootstrap_interval(gap[:, from_window:], lambda g: g.mean(0).min())
+        ],
         "max_detail_ratio": round(float(ratio_w.max()), 3),
     }

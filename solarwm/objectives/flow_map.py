@@ -92,6 +92,7 @@ def flow_map_prediction(
     sigma_minus: torch.Tensor,
 ) -> torch.Tensor:
     """``u + (t - r)·(u+ - u-)/(t+ - t-)`` for ``[B, C, f, h, w]`` predictions and per-sample ``[B]`` sigmas."""
+
     def per_sample(s: torch.Tensor) -> torch.Tensor:
         return s.to(u.dtype).view(-1, *([1] * (u.dim() - 1)))
 

@@ -18,7 +18,9 @@ class SampleRNG:
     independent uses (the run seed, a DMD role) of the same samples.
     """
 
-    def __init__(self, keys: Sequence[int] | torch.Tensor, salt: int = 0, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self, keys: Sequence[int] | torch.Tensor, salt: int = 0, device: torch.device | str | None = None
+    ) -> None:
         self.device = torch.device(device if device is not None else "cpu")
         keys = keys.tolist() if isinstance(keys, torch.Tensor) else list(keys)
         # splitmix64-style mixing: nearby keys and salts give unrelated seeds.
@@ -57,7 +59,9 @@ RandomSource = Union[torch.Generator, SampleRNG, None]
 
 def _draw(kind: str, shape: Sequence[int], generator: RandomSource, device, **kwargs) -> torch.Tensor:
     if isinstance(generator, SampleRNG):
-        out = generator.randint(kwargs["high"], shape) if kind == "randint" else getattr(generator, kind)(shape, **kwargs)
+        out = (
+            generator.randint(kwargs["high"], shape) if kind == "randint" else getattr(generator, kind)(shape, **kwargs)
+        )
     else:
         gen_device = generator.device if generator is not None else device
         if kind == "randint":
@@ -67,12 +71,16 @@ def _draw(kind: str, shape: Sequence[int], generator: RandomSource, device, **kw
     return out.to(device) if device is not None else out
 
 
-def randn(shape: Sequence[int], generator: RandomSource = None, device=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+def randn(
+    shape: Sequence[int], generator: RandomSource = None, device=None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """``torch.randn(shape)`` from ``generator`` (a ``SampleRNG``: row i from sample i's stream), on ``device``."""
     return _draw("randn", shape, generator, device, dtype=dtype)
 
 
-def rand(shape: Sequence[int], generator: RandomSource = None, device=None, dtype: torch.dtype | None = None) -> torch.Tensor:
+def rand(
+    shape: Sequence[int], generator: RandomSource = None, device=None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """``torch.rand(shape)`` from ``generator`` (a ``SampleRNG``: row i from sample i's stream), on ``device``."""
     return _draw("rand", shape, generator, device, dtype=dtype)
 
@@ -80,4 +88,3 @@ def rand(shape: Sequence[int], generator: RandomSource = None, device=None, dtyp
 def randint(high: int, shape: Sequence[int], generator: RandomSource = None, device=None) -> torch.Tensor:
     """``torch.randint(0, high, shape)`` from ``generator`` (a ``SampleRNG``: row i from sample i's stream)."""
     return _draw("randint", shape, generator, device, high=high)
-

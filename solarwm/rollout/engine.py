@@ -91,8 +91,11 @@ class Rollout:
         adapter = self.adapter
         device = first_frame.device
         batch: dict[str, Any] = {
-            "caption": caption or [""] * first_frame.shape[0], "c2w": c2w.to(device), "K": K.to(device),
-            "image_size": (first_frame.shape[-1], first_frame.shape[-2]), "first_frame": first_frame,
+            "caption": caption or [""] * first_frame.shape[0],
+            "c2w": c2w.to(device),
+            "K": K.to(device),
+            "image_size": (first_frame.shape[-1], first_frame.shape[-2]),
+            "first_frame": first_frame,
         }
         if text_embeds is not None:
             batch["text_embeds"], batch["text_mask"] = text_embeds, text_mask

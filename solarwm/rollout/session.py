@@ -53,7 +53,9 @@ def frame_tensor(image: np.ndarray | torch.Tensor) -> torch.Tensor:
         return image.float()
     array = np.asarray(image)
     if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
-        raise SessionError(f"first frame must be uint8 [H, W, 3] or float [1, 3, H, W], got {array.dtype} {list(array.shape)}")
+        raise SessionError(
+            f"first frame must be uint8 [H, W, 3] or float [1, 3, H, W], got {array.dtype} {list(array.shape)}"
+        )
     return (torch.from_numpy(array.copy()).permute(2, 0, 1)[None].float() / 127.5 - 1.0).clamp(-1.0, 1.0)
 
 
@@ -91,7 +93,9 @@ class RolloutSession:
         self.height, self.width = (int(v) for v in self.first_frame.shape[-2:])
         self.K = torch.as_tensor(np.asarray(K, dtype=np.float32)).reshape(4)
         if not (torch.isfinite(self.K).all() and (self.K[:2] > 0).all()):
-            raise SessionError(f"K must be 4 finite pixel intrinsics with positive focal lengths, got {self.K.tolist()}")
+            raise SessionError(
+                f"K must be 4 finite pixel intrinsics with positive focal lengths, got {self.K.tolist()}"
+            )
         self._static = self._static_conditions()
         self.anchor = adapter.encode(self.first_frame[:, :, None]).float()  # [1, C, 1, h, w]
         self.generator = torch.Generator(device=device).manual_seed(self.seed)
@@ -111,8 +115,10 @@ class RolloutSession:
         frames = next(f for f in range(1, 1024) if adapter.valid_num_frames(f))
         device = self.first_frame.device
         batch = {
-            "caption": [self.caption], "c2w": torch.eye(4, dtype=torch.float64, device=device).expand(1, frames, 4, 4),
-            "K": self.K.to(device).expand(1, frames, 4), "image_size": (self.width, self.height),
+            "caption": [self.caption],
+            "c2w": torch.eye(4, dtype=torch.float64, device=device).expand(1, frames, 4, 4),
+            "K": self.K.to(device).expand(1, frames, 4),
+            "image_size": (self.width, self.height),
             "first_frame": self.first_frame,
         }
         cond = adapter.prepare_conditions(batch)
@@ -143,8 +149,10 @@ class RolloutSession:
             if self.block_pixel_frames(n) == frames:
                 return n
         valid = [self.block_pixel_frames(n) for n in range(1, self.adapter.frames_per_block + 1)]
-        raise SessionError(f"block {self.blocks} takes the cameras of {valid[-1]} pixel frames "
-                           f"(or {valid[:-1]} for a shorter last block), got {frames}")
+        raise SessionError(
+            f"block {self.blocks} takes the cameras of {valid[-1]} pixel frames "
+            f"(or {valid[:-1]} for a shorter last block), got {frames}"
+        )
 
     # ------------------------------------------------------------------ stepping
     @torch.no_grad()
@@ -187,17 +195,28 @@ class RolloutSession:
     def state_dict(self) -> dict[str, Any]:
         """A deep copy of everything the next blocks depend on (cache, noise, decoder, condition stream, track)."""
         if getattr(self.decoder, "state", None) is None or getattr(self.extras, "state", None) is None:
-            raise SessionError(f"{self.adapter.route}: this route's streaming decoder or condition stream cannot be forked")
-        return copy.deepcopy({
-            "cache": self.cache, "generator": self.generator.get_state(), "decoder": self.decoder.state,
-            "extras": self.extras.state, "latent_frames": self.latent_frames, "blocks": self.blocks,
-            "c2w": self._c2w, "K": self._K,
-        })
+            raise SessionError(
+                f"{self.adapter.route}: this route's streaming decoder or condition stream cannot be forked"
+            )
+        return copy.deepcopy(
+            {
+                "cache": self.cache,
+                "generator": self.generator.get_state(),
+                "decoder": self.decoder.state,
+                "extras": self.extras.state,
+                "latent_frames": self.latent_frames,
+                "blocks": self.blocks,
+                "c2w": self._c2w,
+                "K": self._K,
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from ``state_dict`` of a session on the same adapter, first frame and caption)."""
         if getattr(self.decoder, "state", None) is None or getattr(self.extras, "state", None) is None:
-            raise SessionError(f"{self.adapter.route}: this route's streaming decoder or condition stream cannot be forked")
+            raise SessionError(
+                f"{self.adapter.route}: this route's streaming decoder or condition stream cannot be forked"
+            )
         state = copy.deepcopy(state)
         self.cache = state["cache"]
         self.generator.set_state(state["generator"])
@@ -239,13 +258,15 @@ def write_rollout(
     from tqdm import tqdm
 
     from solarwm.data.video import VideoWriter
+
     track = c2w[0].detach().cpu().double().numpy()
     intrinsics = K[0].detach().cpu().float().numpy()
     session = RolloutSession(adapter, first_frame, caption, intrinsics[0], fps, seed, num_steps, solver)
     start = time.perf_counter()
-    with VideoWriter(output, fps) as writer, tqdm(
-        total=len(track), unit="frame", desc="rollout", disable=not progress, dynamic_ncols=True
-    ) as bar:
+    with (
+        VideoWriter(output, fps) as writer,
+        tqdm(total=len(track), unit="frame", desc="rollout", disable=not progress, dynamic_ncols=True) as bar,
+    ):
         pos = 0
         while pos < len(track):
             n = min(session.next_block_frames, len(track) - pos)

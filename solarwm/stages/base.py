@@ -94,7 +94,9 @@ class WarmupCosineLR(_ConfiguredLR):
         self, optimizer: torch.optim.Optimizer, warmup_steps: int = 0, total_steps: int = 1, min_lr_ratio: float = 0.1
     ) -> None:
         if total_steps < 1 or not 0.0 <= min_lr_ratio <= 1.0:
-            raise ValueError(f"WarmupCosineLR: total_steps >= 1 and min_lr_ratio in [0, 1]; got {total_steps}, {min_lr_ratio}")
+            raise ValueError(
+                f"WarmupCosineLR: total_steps >= 1 and min_lr_ratio in [0, 1]; got {total_steps}, {min_lr_ratio}"
+            )
         self.warmup_steps, self.total_steps, self.min_lr_ratio = warmup_steps, total_steps, min_lr_ratio
         super().__init__(optimizer, lr_lambda=self._factor)
 
@@ -209,7 +211,9 @@ class StageModule(pl.LightningModule):
             self.clip_gradients(optimizer, gradient_clip_val=max_norm, gradient_clip_algorithm="norm")
 
     def configure_gradient_clipping(
-        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
         """``trainer.gradient_clip_val`` by norm through ``clip_grad_norm`` (FSDP-aware); by value as Lightning does."""
@@ -247,11 +251,16 @@ class StageModule(pl.LightningModule):
 
         # Camera pairs start at every frame (SCORED_PAIR_STEP): 3.3x the pairs of stride-spaced ones on 17 frames, half
         # the estimator's noise in the translation figures (CameraFollowing's docstring).
-        self.test_metrics = torch.nn.ModuleDict({
-            "psnr": VideoPSNR(), "ssim": VideoSSIM(), "psnr_static": VideoPSNR(), "psnr_wrong_camera": VideoPSNR(),
-            "camera": CameraFollowing(pair_step=SCORED_PAIR_STEP),
-            "camera_gt": CameraFollowing(pair_step=SCORED_PAIR_STEP),
-        }).to(self.device)
+        self.test_metrics = torch.nn.ModuleDict(
+            {
+                "psnr": VideoPSNR(),
+                "ssim": VideoSSIM(),
+                "psnr_static": VideoPSNR(),
+                "psnr_wrong_camera": VideoPSNR(),
+                "camera": CameraFollowing(pair_step=SCORED_PAIR_STEP),
+                "camera_gt": CameraFollowing(pair_step=SCORED_PAIR_STEP),
+            }
+        ).to(self.device)
         self._other_cameras: torch.Tensor | None = None
         # Per test video, in the test loader's order (clip i of N at draw i // N): what intervals are computed
         # from (examples/stage_metrics.py). Kept after the epoch as ``test_records``.
@@ -284,12 +293,14 @@ class StageModule(pl.LightningModule):
         metrics["psnr"].update(generated, video)
         metrics["ssim"].update(generated, video)
         metrics["psnr_static"].update(static, video)
-        records = [{"psnr": float(p), "psnr_static": float(q)}
-                   for p, q in zip(per_video_psnr(generated, video), per_video_psnr(static, video))]
+        records = [
+            {"psnr": float(p), "psnr_static": float(q)}
+            for p, q in zip(per_video_psnr(generated, video), per_video_psnr(static, video))
+        ]
         # One video at a time, so each record gets its own pairs' errors (the pooled metric is the same).
         for b, record in enumerate(records):
-            for key, clip in (("camera", generated[b:b + 1]), ("camera_gt", video[b:b + 1])):
-                metrics[key].update(clip, c2w[b:b + 1], K[b:b + 1])
+            for key, clip in (("camera", generated[b : b + 1]), ("camera_gt", video[b : b + 1])):
+                metrics[key].update(clip, c2w[b : b + 1], K[b : b + 1])
                 suffix = "" if key == "camera" else "_gt"
                 record[f"cam_rot_err_deg{suffix}"] = metrics[key].rot_err[-1].tolist()
                 record[f"cam_trans_dir_err_deg{suffix}"] = metrics[key].trans_err[-1].tolist()
@@ -325,11 +336,17 @@ class StageModule(pl.LightningModule):
         generator = torch.Generator(device=self.device).manual_seed(seed)
         generated = self.generate(first, caption, c2w, K, generator=generator).float()
         for v in range(views):
-            scores = per_video_psnr(generated[v:v + 1].expand_as(video), video)
-            others = torch.cat([scores[:v], scores[v + 1:]])
-            self.multiview_records.append({"world": batch_idx, "view": v, "views": views,
-                                           "top1": bool(scores[v] > others.max()),
-                                           "margin_db": float(scores[v] - others.max())})
+            scores = per_video_psnr(generated[v : v + 1].expand_as(video), video)
+            others = torch.cat([scores[:v], scores[v + 1 :]])
+            self.multiview_records.append(
+                {
+                    "world": batch_idx,
+                    "view": v,
+                    "views": views,
+                    "top1": bool(scores[v] > others.max()),
+                    "margin_db": float(scores[v] - others.max()),
+                }
+            )
 
     def on_test_epoch_end(self) -> None:
         """Log ``test/psnr``, ``test/psnr_static``, ``test/psnr_wrong_camera``, ``test/ssim`` and camera following."""
@@ -348,10 +365,15 @@ class StageModule(pl.LightningModule):
             records = self.multiview_records
             self.log("test/camera_top1", float(sum(r["top1"] for r in records)) / len(records))
             self.log("test/camera_top1_chance", 1.0 / records[0]["views"])
-            self.log("test/camera_top1_margin_db_median", float(torch.tensor([r["margin_db"] for r in records]).median()))
+            self.log(
+                "test/camera_top1_margin_db_median", float(torch.tensor([r["margin_db"] for r in records]).median())
+            )
         del self.test_metrics
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Tag the checkpoint with this stage and route (read by ``init_from`` and ``solarwm predict``)."""
-        checkpoint["solarwm"] = {"stage": self.stage_name, "route": self.adapter.route,
-                                 "config": self.adapter.config_dict()}
+        checkpoint["solarwm"] = {
+            "stage": self.stage_name,
+            "route": self.adapter.route,
+            "config": self.adapter.config_dict(),
+        }

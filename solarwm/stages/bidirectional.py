@@ -97,7 +97,9 @@ class BidirectionalModule(StageModule):
         cond = self.adapter.prepare_conditions(batch)
         b = x0.shape[0]
         rng = self.sample_rng(batch) if generator is None else generator
-        u = sample_uniform_u(b, self.timestep_sampling, self.logit_mean, self.logit_std, generator=rng, device=x0.device)
+        u = sample_uniform_u(
+            b, self.timestep_sampling, self.logit_mean, self.logit_std, generator=rng, device=x0.device
+        )
         sigma = self.adapter.sample_sigmas(b, u=u)
         noise = randn(x0.shape, rng, x0.device)
         x_t, sigma_per_frame = self.adapter.noisy_input(x0, noise, sigma)
@@ -149,7 +151,10 @@ class BidirectionalModule(StageModule):
         num_frames = c2w.shape[1]
         f = adapter.latent_frames(num_frames)
         batch: dict[str, Any] = {
-            "caption": list(caption), "c2w": c2w, "K": K, "image_size": (width, height),
+            "caption": list(caption),
+            "c2w": c2w,
+            "K": K,
+            "image_size": (width, height),
             "first_frame": first_frame.to(self.device),
         }  # first_frame: routes with an image condition (I2V's y) build it in prepare_conditions
         if text_embeds is not None:

@@ -148,7 +148,9 @@ class DMDModule(CausalGenerateMixin, StageModule):
         if score_window is not None and score_window <= generator.clean_latent_frames:
             raise ValueError(f"DMDModule: score_window must exceed the anchor's {generator.clean_latent_frames} latent frames")
         if score_window is not None and regression_weight > 0:
-            raise ValueError("DMDModule: score_window and regression_weight do not combine (a slice has no aligned clip)")
+            raise ValueError(
+                "DMDModule: score_window and regression_weight do not combine (a slice has no aligned clip)"
+            )
         self.score_window = score_window
         self.solver, self.sample_steps = "renoise", num_steps
         # Counters live in buffers so checkpoints carry them.
@@ -245,7 +247,9 @@ class DMDModule(CausalGenerateMixin, StageModule):
         return noisy, noise, sigma_pf
 
     @staticmethod
-    def _x0(adapter: BackboneAdapter, noisy: torch.Tensor, sigma_pf: torch.Tensor, cond: dict[str, Any]) -> torch.Tensor:
+    def _x0(
+        adapter: BackboneAdapter, noisy: torch.Tensor, sigma_pf: torch.Tensor, cond: dict[str, Any]
+    ) -> torch.Tensor:
         return noisy - sigma_pf[:, None, :, None, None] * adapter(noisy, sigma_pf, cond).float()
 
     def student_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
@@ -281,13 +285,17 @@ class DMDModule(CausalGenerateMixin, StageModule):
             generated, cond = self.score_slice(generated, cond, rng)
             noisy, noise, sigma_pf = self._renoise(generated, streams)
         prediction = self.fake_score(noisy, sigma_pf, cond)
-        return self.fake_score.loss(prediction, self.fake_score.target(generated, noise), self.fake_score.loss_mask(generated))
+        return self.fake_score.loss(
+            prediction, self.fake_score.target(generated, noise), self.fake_score.loss_mask(generated)
+        )
 
     # ------------------------------------------------------------------ Lightning
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         """``[student optimiser, critic optimiser]`` over the generator's and the fake score's trainable weights."""
-        return [self.optimizer_factory(self.generator.trainable_parameters()),
-                self.critic_optimizer_factory(self.fake_score.trainable_parameters())]
+        return [
+            self.optimizer_factory(self.generator.trainable_parameters()),
+            self.critic_optimizer_factory(self.fake_score.trainable_parameters()),
+        ]
 
     def _update(self, optimizer: Any, loss: torch.Tensor) -> None:
         # All roles' gradients are cleared, not just this optimiser's: under FSDP the norm clip covers

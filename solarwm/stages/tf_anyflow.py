@@ -77,7 +77,9 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         if guidance_scale <= 0:
             raise ValueError(f"TFAnyFlowModule: guidance_scale must be > 0, got {guidance_scale}")
         if init_from is not None:
-            load_init(adapter, init_from, ("bidirectional",), init_from_command, use_ema_init, ignore=("delta_embedding",))
+            load_init(
+                adapter, init_from, ("bidirectional",), init_from_command, use_ema_init, ignore=("delta_embedding",)
+            )
         adapter.enable_flow_map(flow_map_gate)
         self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
         self.diffusion_ratio, self.consistency_ratio = diffusion_ratio, consistency_ratio

@@ -32,7 +32,15 @@ def test_route_registry_resolves_the_class():
 
 def test_latent_geometry_follows_wan_4n_plus_1(adapter):
     assert (adapter.temporal_compression, adapter.spatial_compression, adapter.patch_size) == (4, 2, 2)
-    assert [adapter.valid_num_frames(n) for n in (1, 4, 5, 8, 9, 17, 81)] == [True, False, True, False, True, True, True]
+    assert [adapter.valid_num_frames(n) for n in (1, 4, 5, 8, 9, 17, 81)] == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        True,
+        True,
+    ]
     assert [adapter.latent_frames(n) for n in (1, 5, 17, 81)] == [1, 2, 5, 21]
     assert adapter.latent_to_pixel_frame(5).tolist() == [0, 4, 8, 12, 16]
     assert adapter.latent_to_pixel_frame(5).dtype == torch.long
@@ -120,11 +128,13 @@ def test_umt5_text_encoder_loads_a_local_folder_end_to_end(tmp_path):
     from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
 
     # A diffusers-style folder with a tiny random UMT5 and a word-level tokenizer (nothing downloaded).
-    tok = Tokenizer(models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "red": 4, "cube": 5}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(
-        tmp_path / "tokenizer"
+    tok = Tokenizer(
+        models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, "a": 3, "red": 4, "cube": 5}, unk_token="<unk>")
     )
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(tmp_path / "tokenizer")
     UMT5EncoderModel(UMT5Config(vocab_size=8, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)).save_pretrained(
         tmp_path / "text_encoder"
     )

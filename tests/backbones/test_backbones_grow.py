@@ -17,7 +17,12 @@ def cameras(frames: int) -> dict[str, torch.Tensor]:
     """A slow pan: c2w [1, F, 4, 4] and pixel K [1, F, 4] for 32x32 frames."""
     c2w = torch.eye(4).repeat(1, frames, 1, 1)
     angle = torch.linspace(0.0, 0.1, frames)
-    c2w[0, :, 0, 0], c2w[0, :, 0, 2], c2w[0, :, 2, 0], c2w[0, :, 2, 2] = angle.cos(), angle.sin(), -angle.sin(), angle.cos()
+    c2w[0, :, 0, 0], c2w[0, :, 0, 2], c2w[0, :, 2, 0], c2w[0, :, 2, 2] = (
+        angle.cos(),
+        angle.sin(),
+        -angle.sin(),
+        angle.cos(),
+    )
     return {"c2w": c2w, "K": torch.tensor([28.0, 28.0, 16.0, 16.0]).repeat(1, frames, 1)}
 
 
@@ -33,7 +38,9 @@ def test_grown_export_computes_the_same_prediction(tmp_path):
     assert len(big.transformer.blocks) == 4 and big.config.num_layers == 4
     assert json.loads((tmp_path / "big" / "transformer" / "config.json").read_text())["num_layers"] == 4
     # Block 2i is block i; block 2i + 1 is its copy with the residual outputs silenced.
-    torch.testing.assert_close(big.transformer.blocks[2].attn1.to_q.weight, adapter.transformer.blocks[1].attn1.to_q.weight)
+    torch.testing.assert_close(
+        big.transformer.blocks[2].attn1.to_q.weight, adapter.transformer.blocks[1].attn1.to_q.weight
+    )
     assert not big.transformer.blocks[3].ffn.net[2].weight.any() and big.transformer.blocks[3].attn1.to_q.weight.any()
 
     x = torch.randn(1, adapter.latent_channels, 5, 16, 16)

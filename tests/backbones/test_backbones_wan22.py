@@ -115,7 +115,9 @@ def test_camera_changes_the_prediction_but_a_global_rigid_motion_does_not(adapte
         other_k = dict(batch, K=batch["K"] * torch.tensor([2.0, 2.0, 1.0, 1.0]))
         zoomed = adapter(x_t, sigma_pf, adapter.prepare_conditions(other_k))
         a = 0.9
-        T = torch.tensor([[math.cos(a), -math.sin(a), 0, 4.0], [math.sin(a), math.cos(a), 0, -2.0], [0, 0, 1, 0.5], [0, 0, 0, 1]])
+        T = torch.tensor(
+            [[math.cos(a), -math.sin(a), 0, 4.0], [math.sin(a), math.cos(a), 0, -2.0], [0, 0, 1, 0.5], [0, 0, 0, 1]]
+        )
         rigid = adapter(x_t, sigma_pf, adapter.prepare_conditions(dict(batch, c2w=T @ batch["c2w"])))
     assert (moved - base).abs().max() > 1e-2
     assert (zoomed - base).abs().max() > 1e-2
@@ -135,8 +137,10 @@ def test_processor_reduces_to_wan_attention_when_all_cameras_coincide(adapter):
         try:
             tpf = adapter.tokens_per_frame(16, 16)
             native = adapter.transformer(
-                hidden_states=x_t, timestep=(sigma_pf * 1000).repeat_interleave(tpf, 1),
-                encoder_hidden_states=cond["text_embeds"], return_dict=False,
+                hidden_states=x_t,
+                timestep=(sigma_pf * 1000).repeat_interleave(tpf, 1),
+                encoder_hidden_states=cond["text_embeds"],
+                return_dict=False,
             )[0]
         finally:
             for blk, proc in zip(adapter.transformer.blocks, saved):

@@ -110,7 +110,9 @@ def test_export_round_trip_merge_and_state_dict(tmp_path):
     loaded = load_adapter(export)
     assert loaded.lora_config == a.lora_config
     torch.testing.assert_close(outputs(loaded, batch), expected, rtol=0, atol=0)
-    assert ids(loaded.trainable_parameters()) == ids(loaded.lora_parameters()) | ids(loaded.delta_embedding.parameters())
+    assert ids(loaded.trainable_parameters()) == ids(loaded.lora_parameters()) | ids(
+        loaded.delta_embedding.parameters()
+    )
 
     merged_dir = a.save_adapter(tmp_path / "merged", stage="tf_anyflow", merge_lora=True)
     assert not (merged_dir / "lora").exists() and "lora" not in json.loads((merged_dir / "adapter.json").read_text())
@@ -180,14 +182,20 @@ def test_recipe_with_lora_parses(tmp_path):
     from solarwm.train_cli import parse_recipe
 
     # An overlay composing the shipped recipe, as a user's own recipe would.
-    recipe = {"compose": [str(Path(__file__).parents[2] / "recipes" / "tiny_bid.yaml")], "root": str(tmp_path),
-              "model": {"init_args": {"adapter": {"init_args": {"lora": dict(LORA)}}}}}
+    recipe = {
+        "compose": [str(Path(__file__).parents[2] / "recipes" / "tiny_bid.yaml")],
+        "root": str(tmp_path),
+        "model": {"init_args": {"adapter": {"init_args": {"lora": dict(LORA)}}}},
+    }
     path = tmp_path / "tiny_bid_lora.yaml"
     path.write_text(yaml.safe_dump(recipe))
     config = parse_recipe(str(path))
     lora = config.model.init_args.adapter.init_args.lora
     assert LoRAConfig(**vars(lora)) == LoRAConfig(**LORA)
-    recipe["model"]["init_args"]["adapter"]["init_args"]["lora"] = {"rank": 8, "target_modules": r"blocks\.\d+\.ffn\.net\.2"}
+    recipe["model"]["init_args"]["adapter"]["init_args"]["lora"] = {
+        "rank": 8,
+        "target_modules": r"blocks\.\d+\.ffn\.net\.2",
+    }
     path.write_text(yaml.safe_dump(recipe))
     lora = parse_recipe(str(path)).model.init_args.adapter.init_args.lora
     assert LoRAConfig(**vars(lora)) == LoRAConfig(rank=8, target_modules=r"blocks\.\d+\.ffn\.net\.2", alpha=None)
@@ -216,7 +224,9 @@ def test_fit_stage1_and_stage2_with_lora_through_the_cli(tmp_path):
     assert main(["fit", "--config", str(tf)]) == 0
     stage2 = load_adapter(tmp_path / "tf" / "adapter")
     assert stage2.lora_config == LoRAConfig(**LORA) and stage2.flow_map_gate == 0.25
-    assert ids(stage2.trainable_parameters()) == ids(stage2.lora_parameters()) | ids(stage2.delta_embedding.parameters())
+    assert ids(stage2.trainable_parameters()) == ids(stage2.lora_parameters()) | ids(
+        stage2.delta_embedding.parameters()
+    )
     # Stage 2 trained the LoRA on top of stage 1's base, which stayed bit-identical.
     stage1 = load_adapter(tmp_path / "bid" / "adapter").transformer.state_dict()
     for key, value in stage2.transformer.state_dict().items():

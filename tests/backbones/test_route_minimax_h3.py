@@ -102,7 +102,9 @@ def test_time_convention_oracle_native_velocity_gives_contract_target(monkeypatc
 
     def oracle(hidden_states, timestep, timestep_indices, video_indices, token_tags, **kwargs):
         rows_t = timestep[timestep_indices[video_indices]].view(1, -1, 1)
-        eps = torch.cat([torch.zeros(2, tpf, hidden_states.shape[-1]), a._patchify(noise)], 1).reshape(1, -1, hidden_states.shape[-1])
+        eps = torch.cat([torch.zeros(2, tpf, hidden_states.shape[-1]), a._patchify(noise)], 1).reshape(
+            1, -1, hidden_states.shape[-1]
+        )
         seen.update(t=timestep.clone(), tags=token_tags.clone(), idx=timestep_indices.clone())
         # x_t = t x0 + (1 - t) eps  =>  x0 - eps = (x_t - eps) / t
         return ((hidden_states - eps) / rows_t,)
@@ -115,7 +117,9 @@ def test_time_convention_oracle_native_velocity_gives_contract_target(monkeypatc
     torch.testing.assert_close(table[:, :3], torch.tensor([[1.0, 0.999, 1.0]] * 2))
     torch.testing.assert_close(table[:, 3:], 1.0 - sigma)
     # teacher forcing: the clean copy sits at native t = 1
-    monkeypatch.setattr(a.transformer, "forward", lambda timestep, **kw: seen.update(tf=timestep.clone()) or (kw["hidden_states"],))
+    monkeypatch.setattr(
+        a.transformer, "forward", lambda timestep, **kw: seen.update(tf=timestep.clone()) or (kw["hidden_states"],)
+    )
     a.forward_teacher_forcing(x0, x_t, sigma, cond)
     tf = seen["tf"].view(2, -1)
     f = x0.shape[2]
@@ -143,7 +147,9 @@ def test_rollout_past_the_window_keeps_the_prefix_and_bounded_cache():
     a = adapter()
     frames = 17 * 7 + 5  # 37 latents = 7 blocks of 5 + 2
     batch = contract.make_batch(a, num_frames=frames, height=SIZE, width=SIZE)
-    latents = torch.randn(1, a.latent_channels, a.latent_frames(frames), 8, 8, generator=torch.Generator().manual_seed(0))
+    latents = torch.randn(
+        1, a.latent_channels, a.latent_frames(frames), 8, 8, generator=torch.Generator().manual_seed(0)
+    )
     outs = {}
     for caption in ("a street", "a forest"):
         batch["caption"] = [caption]
@@ -231,8 +237,10 @@ def test_lora_on_blocks_qkvo_ffn_and_first_frame_anchor(tmp_path):
 
     a = adapter()
     batch = contract.make_batch(a, num_frames=FRAMES, height=SIZE, width=SIZE)
-    cond = a.prepare_conditions({k: v for k, v in batch.items() if k != "video"} | {
-        "first_frame": batch["video"][:, :, 0], "image_size": (SIZE, SIZE)})
+    cond = a.prepare_conditions(
+        {k: v for k, v in batch.items() if k != "video"}
+        | {"first_frame": batch["video"][:, :, 0], "image_size": (SIZE, SIZE)}
+    )
     torch.testing.assert_close(cond["image_anchor"], a.encode(batch["video"][:, :, :1]), rtol=0, atol=0)
     contract.check_lora(a, batch, tmp_path, {"rank": 4, "alpha": 8, "target_modules": list(H3_LORA_TARGETS)})
     names = [n for n, _ in a.transformer.named_modules() if n.endswith("lora_A")]

@@ -63,8 +63,16 @@ def test_y_is_the_official_condition_of_diffusers_i2v_pipeline(adapter):
     )
     for i in range(2):  # the pipeline takes one image per call
         _, reference = WanImageToVideoPipeline.prepare_latents(
-            pipe, batch["video"][i : i + 1, :, 0], 1, num_channels_latents=16, height=SIZE, width=SIZE,
-            num_frames=FRAMES, dtype=torch.float32, device=torch.device("cpu"), generator=torch.Generator().manual_seed(0),
+            pipe,
+            batch["video"][i : i + 1, :, 0],
+            1,
+            num_channels_latents=16,
+            height=SIZE,
+            width=SIZE,
+            num_frames=FRAMES,
+            dtype=torch.float32,
+            device=torch.device("cpu"),
+            generator=torch.Generator().manual_seed(0),
         )
         torch.testing.assert_close(y[i : i + 1].transpose(1, 2), reference, atol=1e-5, rtol=1e-5)
 
@@ -83,7 +91,9 @@ def test_the_image_condition_comes_from_first_frame_or_is_an_error(adapter):
     batch = contract.make_batch(adapter, num_frames=FRAMES, height=SIZE, width=SIZE)
     from_video = adapter.prepare_conditions(batch)["y"]
     no_video = {k: v for k, v in batch.items() if k != "video"}
-    from_image = adapter.prepare_conditions(dict(no_video, first_frame=batch["video"][:, :, 0], image_size=(SIZE, SIZE)))
+    from_image = adapter.prepare_conditions(
+        dict(no_video, first_frame=batch["video"][:, :, 0], image_size=(SIZE, SIZE))
+    )
     torch.testing.assert_close(from_image["y"], from_video)
     with pytest.raises(AdapterError, match="needs the condition image"):
         adapter.prepare_conditions(dict(no_video, image_size=(SIZE, SIZE)))
@@ -116,12 +126,16 @@ def test_prope_reduces_to_native_wan_attention_when_all_cameras_coincide(adapter
             hidden = torch.cat([x_t, cond["y"].transpose(1, 2)], 1)  # the pipeline's latent_model_input
             tpf = adapter.tokens_per_frame(4, 4)
             per_token = adapter.transformer(
-                hidden_states=hidden, timestep=(sigma_pf * 1000).repeat_interleave(tpf, 1),
-                encoder_hidden_states=cond["text_embeds"], return_dict=False,
+                hidden_states=hidden,
+                timestep=(sigma_pf * 1000).repeat_interleave(tpf, 1),
+                encoder_hidden_states=cond["text_embeds"],
+                return_dict=False,
             )[0]
             scalar = adapter.transformer(
-                hidden_states=hidden, timestep=torch.tensor([600.0]),
-                encoder_hidden_states=cond["text_embeds"], return_dict=False,
+                hidden_states=hidden,
+                timestep=torch.tensor([600.0]),
+                encoder_hidden_states=cond["text_embeds"],
+                return_dict=False,
             )[0]
         finally:
             for blk, proc in zip(adapter.transformer.blocks, saved):

@@ -37,12 +37,17 @@ def test_rendered_edges_fall_where_K_puts_them():
     x0 = (u_edge - cx) / fx * dist
     z_top = 1.5 - (v_edge - cy) / fy * dist
     mat = Material("solid", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 1.0)
-    scene = Scene(ground=mat, box_lo=np.array([[x0, dist, -1.0]], np.float32),
-                  box_hi=np.array([[20.0, dist + 0.2, z_top]], np.float32), box_material=[mat], box_kind=["wall"])
+    scene = Scene(
+        ground=mat,
+        box_lo=np.array([[x0, dist, -1.0]], np.float32),
+        box_hi=np.array([[20.0, dist + 0.2, z_top]], np.float32),
+        box_material=[mat],
+        box_kind=["wall"],
+    )
     depth = depth_views(scene, c2w, K, W, H)[0]
     row, col = H // 2 - 1, W // 2  # this row looks slightly up: it misses the ground, so off the wall is sky
     assert np.isinf(depth[row, :10]).all() and np.isfinite(depth[row, 10:]).all()
-    assert np.isinf(depth[:30, col]).all() and np.isfinite(depth[30:row + 1, col]).all()
+    assert np.isinf(depth[:30, col]).all() and np.isfinite(depth[30 : row + 1, col]).all()
     assert depth[row, 10:] == pytest.approx(dist, rel=1e-5)  # z along the optical axis, not the ray length
 
 
@@ -58,8 +63,9 @@ def test_colmap_keypoints_use_the_same_pixel_centres(tmp_path):
     cv2.imwrite(str(tmp_path / "images" / "a.png"), np.clip(img * 220 + 20, 0, 255).astype(np.uint8))
     opts = pycolmap.FeatureExtractionOptions()
     opts.num_threads = 1
-    pycolmap.extract_features(tmp_path / "db.db", tmp_path / "images", extraction_options=opts,
-                              device=pycolmap.Device.cpu)
+    pycolmap.extract_features(
+        tmp_path / "db.db", tmp_path / "images", extraction_options=opts, device=pycolmap.Device.cpu
+    )
     with pycolmap.Database.open(tmp_path / "db.db") as db:
         kp = np.asarray(db.read_keypoints(db.read_all_images()[0].image_id))[:, :2]
     d = np.linalg.norm(kp[:, None] - centres[None], axis=-1)

@@ -64,7 +64,9 @@ def test_bad_pattern_is_one_line(tmp_path, capsys):
 
 
 def test_argument_errors_are_one_line_too(tmp_path, capsys):
-    assert main(["camera", "trajectory", "--pattern", "walk", "--frames", "ten", "--out", str(tmp_path / "t.json")]) == 2
+    assert (
+        main(["camera", "trajectory", "--pattern", "walk", "--frames", "ten", "--out", str(tmp_path / "t.json")]) == 2
+    )
     line = _one_error_line(capsys.readouterr().err, "camera trajectory")
     assert "frames" in line and "ten" in line
 
@@ -99,16 +101,24 @@ def test_expected_error_classes():
 
     # Any error class defined in the solarwm packages counts, whatever it derives from.
     project_error = type("SomeProjectError", (FloatingPointError,), {"__module__": "solarwm.stages.base"})
-    for exc in (FileNotFoundError("x"), PermissionError("x"), ValueError("x"), VideoError("x"),
-                AdapterError("x"), project_error("x")):
+    for exc in (
+        FileNotFoundError("x"),
+        PermissionError("x"),
+        ValueError("x"),
+        VideoError("x"),
+        AdapterError("x"),
+        project_error("x"),
+    ):
         assert is_expected_error(exc), exc
     assert issubclass(ClipError, ValueError)
     for exc in (TypeError("x"), AssertionError("x"), KeyError("x"), RuntimeError("x"), ZeroDivisionError("x")):
         assert not is_expected_error(exc), exc
 
 
-@pytest.mark.parametrize("given", [["--stages", "vmaf", "cuts"], ["--stages", "vmaf,cuts"], ["--stages=vmaf,cuts"],
-                                   ["--stages", "[vmaf, cuts]"]])
+@pytest.mark.parametrize(
+    "given",
+    [["--stages", "vmaf", "cuts"], ["--stages", "vmaf,cuts"], ["--stages=vmaf,cuts"], ["--stages", "[vmaf, cuts]"]],
+)
 def test_list_options_accept_plain_words_and_commas(given: list[str]) -> None:
     """`--stages vmaf cuts` and `--stages vmaf,cuts` reach the verb as the list ["vmaf", "cuts"]."""
     from solarwm.cli import _normalise_args

@@ -58,7 +58,19 @@ def test_release_index_and_recipe_are_consistent(engine: Path, capsys) -> None:
     assert {r["source_sample_id"] for r in train}.isdisjoint({r["source_sample_id"] for r in test})
     assert all(r["kept_tier"] in ("xhigh", "high") for r in train + test)
     capsys.readouterr()
-    assert main(["data", "inspect", "--index", str(engine / "recipe/train-index.jsonl.gz"), "--root", str(engine / "release")]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "inspect",
+                "--index",
+                str(engine / "recipe/train-index.jsonl.gz"),
+                "--root",
+                str(engine / "release"),
+            ]
+        )
+        == 0
+    )
     assert _json(capsys)["failures"] == []
     assert main(["data", "report", "--corpus", str(engine / "worlds"), "--out", str(engine / "report")]) == 0
     assert (engine / "report/index.html").is_file()
@@ -69,14 +81,26 @@ def test_datamodule_trains_from_recipe_index(engine: Path) -> None:
     from solarwm.datamodules import WorldDataModule
     from solarwm.stages.bidirectional import BidirectionalModule
 
-    dm = WorldDataModule(num_frames=9, width=32, height=32, batch_size=1,
-                         train_index=str(engine / "recipe/train-index.jsonl.gz"),
-                         test_index=str(engine / "recipe/test-index.jsonl.gz"),
-                         release_root=str(engine / "release"))
+    dm = WorldDataModule(
+        num_frames=9,
+        width=32,
+        height=32,
+        batch_size=1,
+        train_index=str(engine / "recipe/train-index.jsonl.gz"),
+        test_index=str(engine / "recipe/test-index.jsonl.gz"),
+        release_root=str(engine / "release"),
+    )
     module = BidirectionalModule(Wan22TI2V5BAdapter(preset="tiny"))
     before = [p.detach().clone() for p in module.adapter.trainable_parameters()]
-    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, limit_val_batches=1, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 2
     after = list(module.adapter.trainable_parameters())
@@ -93,24 +117,50 @@ def test_recipe_windows_reach_the_model_view_at_their_start_frame(engine: Path, 
     from solarwm.datamodules import WorldDataModule
 
     spec = yaml.safe_load((RECIPES / "data/synthetic_33f.yaml").read_text())
-    spec.update(name="synthetic_17f_x2", window={"frames": 17, "mode": "evenly_spread", "count": 2},
-                repeat={"synthetic": 3}, test_view={"per_owner": 1})
+    spec.update(
+        name="synthetic_17f_x2",
+        window={"frames": 17, "mode": "evenly_spread", "count": 2},
+        repeat={"synthetic": 3},
+        test_view={"per_owner": 1},
+    )
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["data", "recipe", "--release", str(engine / "release"), "--spec", str(tmp_path / "spec.yaml"),
-                 "--out", str(tmp_path / "recipe")]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "recipe",
+                "--release",
+                str(engine / "release"),
+                "--spec",
+                str(tmp_path / "spec.yaml"),
+                "--out",
+                str(tmp_path / "recipe"),
+            ]
+        )
+        == 0
+    )
     train = read_index(tmp_path / "recipe/train-index.jsonl.gz", engine / "release")
     assert sorted({r["start_frame"] for r in train}) == [0, 16]
     assert all(r["epoch_repeats"] == 3 for r in train)
 
-    dm = WorldDataModule(num_frames=17, width=64, height=64, train_index=str(tmp_path / "recipe/train-index.jsonl.gz"),
-                         release_root=str(engine / "release"), shuffle=False)
+    dm = WorldDataModule(
+        num_frames=17,
+        width=64,
+        height=64,
+        train_index=str(tmp_path / "recipe/train-index.jsonl.gz"),
+        release_root=str(engine / "release"),
+        shuffle=False,
+    )
     dm.setup("fit")
     dataset = dm.train_dataloader().dataset
     assert len(dataset) == 3 * len(train)
     late = next(i for i, row in enumerate(train) if row["start_frame"] == 16)
     item = dataset[int(np.flatnonzero(dataset.occurrence_row == late)[0])]
-    whole = load_row({k: v for k, v in train[late].items() if k not in ("window_frames", "start_frame")},
-                     engine / "release", ShardReader())
+    whole = load_row(
+        {k: v for k, v in train[late].items() if k not in ("window_frames", "start_frame")},
+        engine / "release",
+        ShardReader(),
+    )
     expected = torch.from_numpy(whole["frames"][16:33]).permute(3, 0, 1, 2).float() / 127.5 - 1.0
     torch.testing.assert_close(item["video"], expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(item["c2w"], torch.from_numpy(whole["c2w"][16:33]).float())

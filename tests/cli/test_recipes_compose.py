@@ -20,8 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
 FROZEN = Path(__file__).parents[1] / "fixtures" / "resolved_recipes.json"
 #: The entry points' short names (file names only; recipes/README.md) -> the code's route and stage names.
-ROUTE_ALIASES = {"wan22_5b": "wan22_ti2v_5b", "wan22_14b": "wan22_i2v_14b", "ltx25": "ltx25", "minimax_h3": "minimax_h3",
-                 "tiny": "wan22_ti2v_5b"}
+ROUTE_ALIASES = {
+    "wan22_5b": "wan22_ti2v_5b",
+    "wan22_14b": "wan22_i2v_14b",
+    "ltx25": "ltx25",
+    "minimax_h3": "minimax_h3",
+    "tiny": "wan22_ti2v_5b",
+}
 STAGE_ALIASES = {"bid": "bidirectional", "tf": "tf_anyflow", "dmd": "dmd"}
 #: Files that are parts of a recipe, not runs: the CPU overlay and the embedded default's shared part.
 PARTS = {"tiny.yaml", "tiny_chain.yaml"}
@@ -101,21 +106,33 @@ def test_root_moves_every_output(name: str, tmp_path: Path) -> None:
 
 def test_three_stages_layout_under_one_root(tmp_path: Path) -> None:
     """The tiny chain under ``--root OUT``: OUT/{corpus,test_mixed}, OUT/stageN/{adapter,last.ckpt}, inits chained."""
-    bid, tf, dmd = (parse_recipe(str(RECIPES / f"tiny_{s}.yaml"), "--root", str(tmp_path)) for s in ("bid", "tf", "dmd"))
+    bid, tf, dmd = (
+        parse_recipe(str(RECIPES / f"tiny_{s}.yaml"), "--root", str(tmp_path)) for s in ("bid", "tf", "dmd")
+    )
     for n, cfg in enumerate((bid, tf, dmd), start=1):
         assert cfg.data.init_args.corpus_dir == f"{tmp_path}/corpus"
         assert cfg.data.init_args.test_corpus_dir == f"{tmp_path}/test_mixed"
-        dirs = {cb.class_path.rsplit(".", 1)[1]: cb.init_args.dirpath for cb in cfg.trainer.callbacks if "dirpath" in cb.init_args}
+        dirs = {
+            cb.class_path.rsplit(".", 1)[1]: cb.init_args.dirpath
+            for cb in cfg.trainer.callbacks
+            if "dirpath" in cb.init_args
+        }
         assert dirs["AdapterExport"] == f"{tmp_path}/stage{n}/adapter"
         assert dirs.get("ModelCheckpoint", dirs.get("StepCheckpoint")) == f"{tmp_path}/stage{n}"
     assert tf.model.init_args.init_from == f"{tmp_path}/stage1/adapter"
     assert (dmd.model.init_args.init_from.generator, dmd.model.init_args.init_from.score) == (
-        f"{tmp_path}/stage2/adapter", f"{tmp_path}/stage1/adapter")
+        f"{tmp_path}/stage2/adapter",
+        f"{tmp_path}/stage1/adapter",
+    )
 
 
-@pytest.mark.parametrize("name", RUNNABLE + ["tiny.yaml", "tiny_chain.yaml"]
-                         + [f"routes/{p.name}" for p in sorted((RECIPES / "routes").glob("*.yaml"))]
-                         + [f"stages/{p.name}" for p in sorted((RECIPES / "stages").glob("*.yaml"))])
+@pytest.mark.parametrize(
+    "name",
+    RUNNABLE
+    + ["tiny.yaml", "tiny_chain.yaml"]
+    + [f"routes/{p.name}" for p in sorted((RECIPES / "routes").glob("*.yaml"))]
+    + [f"stages/{p.name}" for p in sorted((RECIPES / "stages").glob("*.yaml"))],
+)
 def test_header_says_what_and_how_only(name: str) -> None:
     """A recipe's header is a short purpose and its command; tuning history lives in docs/results/."""
     lines = (RECIPES / name).read_text().splitlines()
@@ -151,8 +168,10 @@ def test_unset_interpolation_is_a_named_error(tmp_path: Path) -> None:
 
 def test_user_overlay_composes_a_shipped_recipe(tmp_path: Path) -> None:
     """A user's own recipe lays itself over a shipped one instead of copying it; its values win."""
-    mine = _write(tmp_path / "mine.yaml", {"compose": [str(RECIPES / "tiny_bid.yaml")], "root": str(tmp_path / "r"),
-                                           "trainer": {"max_steps": 7}})
+    mine = _write(
+        tmp_path / "mine.yaml",
+        {"compose": [str(RECIPES / "tiny_bid.yaml")], "root": str(tmp_path / "r"), "trainer": {"max_steps": 7}},
+    )
     cfg = parse_recipe(mine)
     assert cfg.trainer.max_steps == 7 and cfg.trainer.default_root_dir == f"{tmp_path}/r/stage1"
     assert cfg.compose is None  # read before parsing; a saved config.yaml must not compose again
@@ -163,6 +182,7 @@ if __name__ == "__main__" and "--freeze" in sys.argv:
 
     os.chdir(ROOT)
     FROZEN.parent.mkdir(parents=True, exist_ok=True)
-    FROZEN.write_text(json.dumps({name: resolved(name) for name in RUNNABLE}, indent=1, sort_keys=True,
-                                 ensure_ascii=False) + "\n")
+    FROZEN.write_text(
+        json.dumps({name: resolved(name) for name in RUNNABLE}, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    )
     print(f"wrote {FROZEN} ({len(RUNNABLE)} recipes)")

@@ -42,7 +42,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     assert main(["fit", "--config", str(tf)]) == 0
     dmd = _tiny_recipe(root / "dmd", recipe="tiny_dmd.yaml", corpus=root / "bid" / "corpus")
     doc = yaml.safe_load(dmd.read_text())
-    doc["model"]["init_args"]["init_from"].update(generator=str(root / "tf" / "adapter"), score=str(root / "bid" / "adapter"))
+    doc["model"]["init_args"]["init_from"].update(
+        generator=str(root / "tf" / "adapter"), score=str(root / "bid" / "adapter")
+    )
     doc["model"]["init_args"]["student_update_every"] = 1
     dmd.write_text(yaml.safe_dump(doc))
     dmd = _shrink(dmd, num_frames=13)
@@ -71,29 +73,63 @@ def _predict(runs, capsys, *extra: str) -> dict:
 def test_causal_predict_rolls_out_past_the_rope_table(runs, capsys) -> None:
     """The export rolls out 161 frames (41 latents > the 24-row table); checkpoint == export; seeded."""
     out = runs["root"] / "long.mp4"
-    summary = _predict(runs, capsys, "--adapter", str(runs["root"] / "tf" / "adapter"),
-                       "--trajectory", str(runs["root"] / "long.json"), "--output", str(out))
+    summary = _predict(
+        runs,
+        capsys,
+        "--adapter",
+        str(runs["root"] / "tf" / "adapter"),
+        "--trajectory",
+        str(runs["root"] / "long.json"),
+        "--output",
+        str(out),
+    )
     assert summary["causal"] is True and summary["num_frames"] == 161
     assert probe_video(out)["num_frames"] == 161
     again = runs["root"] / "again.mp4"
-    _predict(runs, capsys, "--config", str(runs["tf"]), "--checkpoint", str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
-             "--trajectory", str(runs["root"] / "long.json"), "--output", str(again))
+    _predict(
+        runs,
+        capsys,
+        "--config",
+        str(runs["tf"]),
+        "--checkpoint",
+        str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
+        "--trajectory",
+        str(runs["root"] / "long.json"),
+        "--output",
+        str(again),
+    )
     # Same weights and seed give the same rollout; compared through H.264, which may round differently.
     diff = read_video(again).astype(int) - read_video(out).astype(int)
     assert abs(diff).mean() < 0.5
 
 
 def test_causal_predict_refuses_bad_input_without_writing(runs, tmp_path) -> None:
-    common = ["--first_frame", str(iter_clip_dirs(runs["root"] / "bid" / "corpus")[0]),
-              "--trajectory", str(runs["root"] / "long.json")]
+    common = [
+        "--first_frame",
+        str(iter_clip_dirs(runs["root"] / "bid" / "corpus")[0]),
+        "--trajectory",
+        str(runs["root"] / "long.json"),
+    ]
     export = ["--adapter", str(runs["root"] / "tf" / "adapter")]
     with pytest.raises(ValueError, match="--num_frames 100 is not a valid length"):
         main(["predict", *export, *common, "--num_frames", "100", "--output", str(tmp_path / "a.mp4")])
     with pytest.raises(ValueError, match="trajectory has 161 frames, --num_frames is 165"):
         main(["predict", *export, *common, "--num_frames", "165", "--output", str(tmp_path / "b.mp4")])
-    with pytest.raises(StageCheckpointError, match="is a 'bidirectional' checkpoint; the recipe builds stage 'tf_anyflow'"):
-        main(["predict", "--config", str(runs["tf"]), "--checkpoint", str(runs["root"] / "bid" / "checkpoints" / "last.ckpt"),
-              *common, "--output", str(tmp_path / "c.mp4")])
+    with pytest.raises(
+        StageCheckpointError, match="is a 'bidirectional' checkpoint; the recipe builds stage 'tf_anyflow'"
+    ):
+        main(
+            [
+                "predict",
+                "--config",
+                str(runs["tf"]),
+                "--checkpoint",
+                str(runs["root"] / "bid" / "checkpoints" / "last.ckpt"),
+                *common,
+                "--output",
+                str(tmp_path / "c.mp4"),
+            ]
+        )
     assert not list(tmp_path.iterdir())
 
 
@@ -103,14 +139,28 @@ def test_stage2_init_from_missing_export_names_the_command(runs, tmp_path) -> No
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(doc))
     # LightningCLI reports the constructor's error inside its own ValueError; the message survives.
-    with pytest.raises(ValueError, match=r"missing not found; make it with `solarwm fit --config recipes/tiny_bid.yaml`"):
+    with pytest.raises(
+        ValueError, match=r"missing not found; make it with `solarwm fit --config recipes/tiny_bid.yaml`"
+    ):
         main(["fit", "--config", str(bad)])
 
 
 def test_solarwm_test_reports_fidelity_baselines_and_camera_following(runs, capsys) -> None:
     """`solarwm test` on a stage-2 checkpoint scores its few-step rollout against the static baseline."""
-    assert main(["test", "--config", str(runs["tf"]), "--ckpt_path", str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
-                 "--trainer.logger", "false"]) == 0
+    assert (
+        main(
+            [
+                "test",
+                "--config",
+                str(runs["tf"]),
+                "--ckpt_path",
+                str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
+                "--trainer.logger",
+                "false",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for name in ("test/psnr", "test/psnr_static", "test/ssim", "test/cam_rot_err_deg", "test/cam_rot_err_deg_gt"):
         assert name in out
@@ -120,8 +170,18 @@ def test_solarwm_test_pools_its_metrics_over_test_draws(runs) -> None:
     """`--data.init_args.test_draws 2` generates every held-out clip twice (other noise) and pools the pairs."""
 
     def tested(*extra: str) -> dict[str, float]:
-        cli = SolarCLI(args=["test", "--config", str(runs["tf"]), "--ckpt_path", str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
-                             "--trainer.logger", "false", *extra])
+        cli = SolarCLI(
+            args=[
+                "test",
+                "--config",
+                str(runs["tf"]),
+                "--ckpt_path",
+                str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
+                "--trainer.logger",
+                "false",
+                *extra,
+            ]
+        )
         return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
 
     one, two = tested("--data.init_args.test_draws", "1"), tested("--data.init_args.test_draws", "2")
@@ -139,8 +199,19 @@ def test_solarwm_test_pools_its_metrics_over_test_draws(runs) -> None:
 
 def test_solarwm_test_keeps_a_record_per_video_that_pools_to_its_metrics(runs) -> None:
     """``test_records``: one per generated video, in loader order; their means are the logged pooled metrics."""
-    cli = SolarCLI(args=["test", "--config", str(runs["tf"]), "--ckpt_path", str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
-                         "--trainer.logger", "false", "--data.init_args.test_draws", "2"])
+    cli = SolarCLI(
+        args=[
+            "test",
+            "--config",
+            str(runs["tf"]),
+            "--ckpt_path",
+            str(runs["root"] / "tf" / "checkpoints" / "last.ckpt"),
+            "--trainer.logger",
+            "false",
+            "--data.init_args.test_draws",
+            "2",
+        ]
+    )
     logged = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
     records = cli.model.test_records
     assert len(records) == 2 * len(cli.datamodule.val_dataset)
@@ -174,9 +245,31 @@ def test_stage3_exports_a_causal_student_and_predicts_from_checkpoint_and_export
     ckpt = torch.load(runs["root"] / "dmd" / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["solarwm"]["stage"] == "dmd" and len(ckpt["optimizer_states"]) == 2
     a, b = runs["root"] / "dmd_export.mp4", runs["root"] / "dmd_ckpt.mp4"
-    _predict(runs, capsys, "--adapter", str(runs["root"] / "dmd" / "adapter"), "--trajectory", str(runs["root"] / "long.json"),
-             "--num_frames", "41", "--output", str(a))
-    summary = _predict(runs, capsys, "--config", str(runs["dmd"]), "--checkpoint", str(runs["root"] / "dmd" / "checkpoints" / "last.ckpt"),
-                       "--trajectory", str(runs["root"] / "long.json"), "--num_frames", "41", "--output", str(b))
+    _predict(
+        runs,
+        capsys,
+        "--adapter",
+        str(runs["root"] / "dmd" / "adapter"),
+        "--trajectory",
+        str(runs["root"] / "long.json"),
+        "--num_frames",
+        "41",
+        "--output",
+        str(a),
+    )
+    summary = _predict(
+        runs,
+        capsys,
+        "--config",
+        str(runs["dmd"]),
+        "--checkpoint",
+        str(runs["root"] / "dmd" / "checkpoints" / "last.ckpt"),
+        "--trajectory",
+        str(runs["root"] / "long.json"),
+        "--num_frames",
+        "41",
+        "--output",
+        str(b),
+    )
     assert summary["causal"] is True and summary["num_frames"] == 41
     assert abs(read_video(a).astype(int) - read_video(b).astype(int)).mean() < 0.5

@@ -66,7 +66,9 @@ def test_bad_recipe_fails_before_building(tmp_path, capsys, built, edit, key) ->
 
 
 # tiny.yaml (the CPU overlay) and tiny_chain.yaml (the embedded default's shared part) are parts, not runs.
-@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml") if p.name not in ("tiny.yaml", "tiny_chain.yaml")))
+@pytest.mark.parametrize(
+    "recipe", sorted(p.name for p in RECIPES.glob("*.yaml") if p.name not in ("tiny.yaml", "tiny_chain.yaml"))
+)
 def test_every_recipe_parses_as_is(recipe: str) -> None:
     """Each stage recipe passes the CLI's checks with no other argument; causal stages follow the reference."""
     cfg = parse_recipe(str(RECIPES / recipe))

@@ -39,7 +39,18 @@ def test_fit_writes_checkpoint_export_and_videos(run: Path) -> None:
 
 def _predict(run: Path, capsys, *extra: str) -> dict:
     first = str(iter_clip_dirs(run / "corpus")[0])
-    args = ["predict", "--first_frame", first, "--caption", "a room", "--trajectory", str(run / "traj.json"), "--num_steps", "2", *extra]
+    args = [
+        "predict",
+        "--first_frame",
+        first,
+        "--caption",
+        "a room",
+        "--trajectory",
+        str(run / "traj.json"),
+        "--num_steps",
+        "2",
+        *extra,
+    ]
     assert main(args) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
@@ -47,30 +58,68 @@ def _predict(run: Path, capsys, *extra: str) -> dict:
 def test_predict_from_checkpoint_and_from_export(run: Path, capsys) -> None:
     """Both weight sources give an mp4 of the recipe's frame count; EMA checkpoint == EMA export."""
     out_ckpt = run / "pred_ckpt.mp4"
-    summary = _predict(run, capsys, "--config", str(run / "recipe.yaml"), "--checkpoint",
-                       str(run / "checkpoints" / "last.ckpt"), "--output", str(out_ckpt))
+    summary = _predict(
+        run,
+        capsys,
+        "--config",
+        str(run / "recipe.yaml"),
+        "--checkpoint",
+        str(run / "checkpoints" / "last.ckpt"),
+        "--output",
+        str(out_ckpt),
+    )
     assert summary["ema"] is True and summary["num_frames"] == 5
     frames_ckpt = read_video(out_ckpt)
     assert frames_ckpt.shape == (5, 32, 32, 3)
     out_export = run / "pred_export.mp4"
-    _predict(run, capsys, "--adapter", str(run / "adapter"), "--num_frames", "5", "--width", "32", "--height", "32",
-             "--output", str(out_export))
+    _predict(
+        run,
+        capsys,
+        "--adapter",
+        str(run / "adapter"),
+        "--num_frames",
+        "5",
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--output",
+        str(out_export),
+    )
     assert np.array_equal(read_video(out_export), frames_ckpt)
 
 
 def test_predict_short_trajectory_is_an_error(run: Path) -> None:
     """A 4-frame trajectory for a 5-frame clip is refused (no padding)."""
     with pytest.raises(ValueError, match="trajectory has 4 frames, --num_frames is 5"):
-        main(["predict", "--config", str(run / "recipe.yaml"), "--checkpoint", str(run / "checkpoints" / "last.ckpt"),
-              "--first_frame", str(iter_clip_dirs(run / "corpus")[0]), "--trajectory", str(run / "short.json"),
-              "--output", str(run / "never.mp4")])
+        main(
+            [
+                "predict",
+                "--config",
+                str(run / "recipe.yaml"),
+                "--checkpoint",
+                str(run / "checkpoints" / "last.ckpt"),
+                "--first_frame",
+                str(iter_clip_dirs(run / "corpus")[0]),
+                "--trajectory",
+                str(run / "short.json"),
+                "--output",
+                str(run / "never.mp4"),
+            ]
+        )
     assert not (run / "never.mp4").exists()
 
 
 def test_predict_bad_checkpoints_say_so(run: Path, tmp_path: Path) -> None:
     """A missing checkpoint names its path; one of another model shape names the mismatch."""
-    common = ["--first_frame", str(iter_clip_dirs(run / "corpus")[0]), "--trajectory", str(run / "traj.json"),
-              "--output", str(tmp_path / "x.mp4")]
+    common = [
+        "--first_frame",
+        str(iter_clip_dirs(run / "corpus")[0]),
+        "--trajectory",
+        str(run / "traj.json"),
+        "--output",
+        str(tmp_path / "x.mp4"),
+    ]
     with pytest.raises(FileNotFoundError, match="nope.ckpt: checkpoint not found"):
         main(["predict", "--config", str(run / "recipe.yaml"), "--checkpoint", str(tmp_path / "nope.ckpt"), *common])
     doc = yaml.safe_load((run / "recipe.yaml").read_text())

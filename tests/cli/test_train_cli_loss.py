@@ -22,14 +22,23 @@ def test_tiny_recipe_loss_goes_down(tmp_path) -> None:
     pl.seed_everything(0)
     cfg = parse_recipe(str(RECIPES / "tiny_bid.yaml"))
     cfg.model.init_args.adapter.init_args.pretrained_path = None  # from random weights, not the shipped base
-    cfg.model.init_args.optimizer.init_args.lr = 1e-4  # the recipe's 3e-5 adapts the shipped base; this starts from noise
+    cfg.model.init_args.optimizer.init_args.lr = (
+        1e-4  # the recipe's 3e-5 adapts the shipped base; this starts from noise
+    )
     parser = ArgumentParser()
     parser.add_subclass_arguments(LightningModule, "model")
     module = parser.instantiate_classes(parser.parse_object({"model": cfg.model.as_dict()})).model
     # slow_pan: the window this bound was set on (the default motion became 6-DoF walks later, #31).
     synth_corpus(tmp_path / "corpus", clips=2, frames=9, width=48, height=32, fps=8.0, seed=2, motion="slow_pan")
-    dm = WorldDataModule(num_frames=5, width=32, height=32, batch_size=1, corpus_dir=str(tmp_path / "corpus"),
-                         num_val_clips=1, shuffle=False)
+    dm = WorldDataModule(
+        num_frames=5,
+        width=32,
+        height=32,
+        batch_size=1,
+        corpus_dir=str(tmp_path / "corpus"),
+        num_val_clips=1,
+        shuffle=False,
+    )
     dm.setup("fit")
     # Always the same window (the held-out centre window of the training clip) for a clean before/after.
     dm.train_dataset.random_start = False
@@ -41,8 +50,16 @@ def test_tiny_recipe_loss_goes_down(tmp_path) -> None:
         return float(torch.stack(losses).mean())
 
     before = seeded_loss()
-    trainer = pl.Trainer(accelerator="cpu", max_steps=40, limit_val_batches=0, num_sanity_val_steps=0, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=40,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, train_dataloaders=dm.train_dataloader())
     after = seeded_loss()
     assert after < 0.8 * before, (before, after)

@@ -17,7 +17,15 @@ TINY_ARCH: dict[str, Any] = {
     "dim": 64, "ffn_dim": 96, "freq_dim": 32, "text_dim": 24, "in_dim": 48, "out_dim": 48,
     "num_heads": 2, "num_layers": 2, "patch_size": [1, 2, 2], "text_len": 8,
 }
-from official_packages import wan_module, sdpa_flash_attention, official_model, delta_like, write_package, stage_checkpoint, tiny_tokenizer  # noqa: F401
+from official_packages import (
+    wan_module,
+    sdpa_flash_attention,
+    official_model,
+    delta_like,
+    write_package,
+    stage_checkpoint,
+    tiny_tokenizer,
+)  # noqa: F401
 
 
 @pytest.fixture
@@ -40,12 +48,18 @@ def tiny_packages(tmp_path, wan_model_module) -> dict[str, Any]:
     delta = delta_like(ema_model)
     root = tmp_path / "packages"
     return {
-        "ema_model": ema_model, "live_model": live_model, "delta": delta, "module": wan_model_module,
+        "ema_model": ema_model,
+        "live_model": live_model,
+        "delta": delta,
+        "module": wan_model_module,
         "stage0p5": write_package(root / "bid", stage_checkpoint(live, ema), "stage0p5"),
         "stage1": write_package(root / "tf", stage_checkpoint(dict(live, **delta), dict(ema, **delta)), "stage1"),
-        "stage2": write_package(root / "sgf", dict(stage_checkpoint(live, ema, "model."),
-                                                   checkpoint_format="solarwm.wan22-stage2-sgf.v1"),
-                                "stage2", release_role="ema"),
+        "stage2": write_package(
+            root / "sgf",
+            dict(stage_checkpoint(live, ema, "model."), checkpoint_format="solarwm.wan22-stage2-sgf.v1"),
+            "stage2",
+            release_role="ema",
+        ),
         "architecture": json.dumps(TINY_ARCH),
     }
 
@@ -61,11 +75,33 @@ def tiny_official_base(tmp_path, wan_model_module) -> dict[str, Any]:
     root = tmp_path / "SolarWM-5B-base"
     cfg = TINY48_WAN_VAE_CONFIG
     torch.manual_seed(7)
-    vae = wan_module("vae2_2").WanVAE_(dim=cfg["base_dim"], dec_dim=cfg["decoder_base_dim"], z_dim=48,
-                                       dim_mult=cfg["dim_mult"], num_res_blocks=cfg["num_res_blocks"],
-                                       temperal_downsample=cfg["temperal_downsample"]).eval()
-    t5 = wan_module("t5").T5Encoder(vocab=40, dim=TINY_ARCH["text_dim"], dim_attn=TINY_ARCH["text_dim"], dim_ffn=32,
-                                    num_heads=4, num_layers=2, num_buckets=32, shared_pos=False, dropout=0.0).eval()
+    vae = (
+        wan_module("vae2_2")
+        .WanVAE_(
+            dim=cfg["base_dim"],
+            dec_dim=cfg["decoder_base_dim"],
+            z_dim=48,
+            dim_mult=cfg["dim_mult"],
+            num_res_blocks=cfg["num_res_blocks"],
+            temperal_downsample=cfg["temperal_downsample"],
+        )
+        .eval()
+    )
+    t5 = (
+        wan_module("t5")
+        .T5Encoder(
+            vocab=40,
+            dim=TINY_ARCH["text_dim"],
+            dim_attn=TINY_ARCH["text_dim"],
+            dim_ffn=32,
+            num_heads=4,
+            num_layers=2,
+            num_buckets=32,
+            shared_pos=False,
+            dropout=0.0,
+        )
+        .eval()
+    )
     with torch.no_grad():
         for p in list(vae.parameters()) + list(t5.parameters()):
             p.add_(0.05 * torch.randn_like(p))
@@ -73,10 +109,13 @@ def tiny_official_base(tmp_path, wan_model_module) -> dict[str, Any]:
     for sub in ("vae", "text_encoder", "transformer"):
         (root / sub).mkdir(parents=True)
     torch.save(vae.state_dict(), root / "vae" / "Wan2.2_VAE.pth")
-    torch.save({k: v.to(torch.bfloat16) for k, v in t5.state_dict().items()},
-               root / "text_encoder" / "models_t5_umt5-xxl-enc-bf16.pth")
+    torch.save(
+        {k: v.to(torch.bfloat16) for k, v in t5.state_dict().items()},
+        root / "text_encoder" / "models_t5_umt5-xxl-enc-bf16.pth",
+    )
     tiny_tokenizer(root / "tokenizer", ["a", "room", "with", "red", "walls", "street"])
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
-              str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()},
+        str(root / "transformer" / "diffusion_pytorch_model.safetensors"),
+    )
     return {"root": root, "vae": vae, "t5": t5, "model": model, "architecture": json.dumps(TINY_ARCH)}
-

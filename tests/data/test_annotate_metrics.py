@@ -32,14 +32,16 @@ def make_clip(corpus: Path, name: str, frames: np.ndarray, fps: float = 16.0, c2
 def texture(h: int, w: int, seed: int = 0) -> np.ndarray:
     """Smooth multi-scale colour texture (trackable by optical flow, not periodic)."""
     rng = np.random.default_rng(seed)
-    coarse = cv2.resize(rng.integers(0, 255, (h // 8, w // 8, 3)).astype(np.uint8), (w, h), interpolation=cv2.INTER_CUBIC)
+    coarse = cv2.resize(
+        rng.integers(0, 255, (h // 8, w // 8, 3)).astype(np.uint8), (w, h), interpolation=cv2.INTER_CUBIC
+    )
     return cv2.add(coarse, rng.integers(0, 40, (h, w, 3), dtype=np.uint8))
 
 
 def translated(n: int, h: int, w: int, shift: int, seed: int = 0) -> np.ndarray:
     """``n`` frames of a texture translated left by ``shift`` px per frame, ``[n, h, w, 3]``."""
     tex = texture(h, w + shift * n, seed)
-    return np.stack([tex[:, shift * i: shift * i + w] for i in range(n)])
+    return np.stack([tex[:, shift * i : shift * i + w] for i in range(n)])
 
 
 def metrics_of(folder: Path, stages: list[str]) -> dict:
@@ -74,13 +76,17 @@ def test_vmaf_static_vs_moving(tmp_path: Path) -> None:
     assert m_moving["metrics.vmaf"] > 1.0
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="Debian ffmpeg binary not installed (apt-get install ffmpeg)")
+@pytest.mark.skipif(
+    shutil.which("ffmpeg") is None, reason="Debian ffmpeg binary not installed (apt-get install ffmpeg)"
+)
 def test_vmaf_equals_ffmpeg_binary(tmp_path: Path) -> None:
     folder = make_clip(tmp_path, "moving", translated(30, 64, 96, shift=3, seed=1))
     ours = metrics_of(folder, ["vmaf"])["metrics.vmaf"]
     proc = subprocess.run(
         ["ffmpeg", "-hide_banner", "-nostats", "-i", str(folder / "video.mp4"), "-vf", "vmafmotion", "-f", "null", "-"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     printed = float(re.search(r"VMAF Motion avg: ([0-9.]+)", proc.stderr).group(1))
     assert ours == printed

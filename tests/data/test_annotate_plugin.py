@@ -13,8 +13,16 @@ import yaml
 
 from solarwm.cli import main
 from solarwm.data.annotate.registry import AnnotateConfigError
-from solarwm.data.annotate.stages import (STAGES, AnnotateConfig, ClipContext, Option, Stage, register_stage,
-                                          stage_options, unregister_stage)
+from solarwm.data.annotate.stages import (
+    STAGES,
+    AnnotateConfig,
+    ClipContext,
+    Option,
+    Stage,
+    register_stage,
+    stage_options,
+    unregister_stage,
+)
 from solarwm.data.contract import iter_clip_dirs, read_meta
 from solarwm.data.kinds import NUMBER
 from solarwm.data.policy import COLUMNS, PolicyError, load_policy
@@ -32,9 +40,15 @@ def check_brightness(config: AnnotateConfig) -> None:
         raise AnnotateConfigError(f"--brightness_gain must be positive, got {config.brightness_gain}")
 
 
-BRIGHTNESS = Stage("brightness", run_brightness, lambda c: f"1/gain:{c.brightness_gain}", {KEY: NUMBER},
-                   options=(Option("brightness_gain", float, 1.0, "factor applied to the mean luma of the clip."),),
-                   check=check_brightness, enabled_by_default=lambda c: False)
+BRIGHTNESS = Stage(
+    "brightness",
+    run_brightness,
+    lambda c: f"1/gain:{c.brightness_gain}",
+    {KEY: NUMBER},
+    options=(Option("brightness_gain", float, 1.0, "factor applied to the mean luma of the clip."),),
+    check=check_brightness,
+    enabled_by_default=lambda c: False,
+)
 
 
 @pytest.fixture
@@ -58,20 +72,43 @@ def annotate_help(capsys: pytest.CaptureFixture) -> str:
     return capsys.readouterr().out
 
 
-def test_a_registered_stage_is_an_option_a_column_and_a_key(brightness: Stage, corpus: Path, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture) -> None:
+def test_a_registered_stage_is_an_option_a_column_and_a_key(
+    brightness: Stage, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     text = annotate_help(capsys)
     assert "--brightness_gain BRIGHTNESS_GAIN" in text and "factor applied to the mean luma" in text
     stages_help = text.split("\n  --stages STAGES", 1)[1].split("\n  --workers", 1)[0]
     assert "vlm, brightness)" in " ".join(stages_help.split())  # listed among the stages, after the built-ins
-    for builtin in ("--vlm_endpoint", "--vlm_model", "--vlm_api_key_env", "--vlm_max_retries", "--unimatch_checkpoint",
-                    "--dover_checkpoint", "--dover_options", "--device", "--executor", "--ray_address"):
+    for builtin in (
+        "--vlm_endpoint",
+        "--vlm_model",
+        "--vlm_api_key_env",
+        "--vlm_max_retries",
+        "--unimatch_checkpoint",
+        "--dover_checkpoint",
+        "--dover_options",
+        "--device",
+        "--executor",
+        "--ray_address",
+    ):
         assert builtin in text, builtin
 
     assert COLUMNS[KEY] == NUMBER
     policy = tmp_path / "bright.yaml"
-    policy.write_text(yaml.safe_dump({"policy": "bright", "version": "1", "owners": {"synthetic": {
-        "kept": [{"range": {"column": KEY, "min": 0}}], "xhigh": [{"range": {"column": KEY, "min": 1e9}}]}}}))
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "policy": "bright",
+                "version": "1",
+                "owners": {
+                    "synthetic": {
+                        "kept": [{"range": {"column": KEY, "min": 0}}],
+                        "xhigh": [{"range": {"column": KEY, "min": 1e9}}],
+                    }
+                },
+            }
+        )
+    )
     load_policy(policy)  # a gate on the new key is a valid policy entry
 
     assert main(["data", "annotate", "--corpus", str(corpus), "--stages", "brightness", "--brightness-gain", "2"]) == 0
@@ -87,8 +124,9 @@ def test_a_registered_stage_is_an_option_a_column_and_a_key(brightness: Stage, c
     assert json.loads(capsys.readouterr().out)["tiers"] == {"xhigh": 0, "high": 2, "rejected": 0}
 
 
-def test_a_registered_stage_checks_its_options_and_is_off_by_default(brightness: Stage, corpus: Path,
-                                                                     capsys: pytest.CaptureFixture) -> None:
+def test_a_registered_stage_checks_its_options_and_is_off_by_default(
+    brightness: Stage, corpus: Path, capsys: pytest.CaptureFixture
+) -> None:
     assert main(["data", "annotate", "--corpus", str(corpus), "--stages", "brightness", "--brightness_gain", "0"]) == 2
     assert "--brightness_gain must be positive, got 0.0" in capsys.readouterr().err
     assert main(["data", "annotate", "--corpus", str(corpus), "--stages", "saturation"]) == 0
@@ -107,11 +145,13 @@ def test_names_options_and_kinds_are_refused_when_taken(brightness: Stage) -> No
     with pytest.raises(AnnotateConfigError, match="option 'brightness_gain' is already taken by stage 'brightness'"):
         register_stage(dataclasses.replace(BRIGHTNESS, name="brightness2", keys={}))
     with pytest.raises(AnnotateConfigError, match="option 'device' is already taken by the command"):
-        register_stage(dataclasses.replace(BRIGHTNESS, name="brightness2", keys={},
-                                           options=(Option("device", str, "cpu", "x"),)))
+        register_stage(
+            dataclasses.replace(BRIGHTNESS, name="brightness2", keys={}, options=(Option("device", str, "cpu", "x"),))
+        )
     with pytest.raises(AnnotateConfigError, match=r"redeclares key\(s\) with another kind: metrics.saturation \(text"):
-        register_stage(dataclasses.replace(BRIGHTNESS, name="brightness2", options=(),
-                                           keys={"metrics.saturation": "text"}))
+        register_stage(
+            dataclasses.replace(BRIGHTNESS, name="brightness2", options=(), keys={"metrics.saturation": "text"})
+        )
     with pytest.raises(AnnotateConfigError, match="unknown kind"):
         register_stage(dataclasses.replace(BRIGHTNESS, name="brightness2", options=(), keys={"metrics.x": "float"}))
     assert "brightness2" not in STAGES  # a refused stage leaves nothing behind
@@ -125,7 +165,14 @@ def test_unregistering_leaves_no_trace(capsys: pytest.CaptureFixture, tmp_path: 
     with pytest.raises(AnnotateConfigError, match=r"unknown annotation option\(s\) \['brightness_gain'\]"):
         AnnotateConfig(brightness_gain=2.0)
     policy = tmp_path / "bright.yaml"
-    policy.write_text(yaml.safe_dump({"policy": "bright", "version": "1", "owners": {"synthetic": {
-        "kept": [{"range": {"column": KEY, "min": 0}}], "xhigh": []}}}))
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "policy": "bright",
+                "version": "1",
+                "owners": {"synthetic": {"kept": [{"range": {"column": KEY, "min": 0}}], "xhigh": []}},
+            }
+        )
+    )
     with pytest.raises(PolicyError, match="unknown column 'metrics.test_brightness'"):
         load_policy(policy)

@@ -83,7 +83,9 @@ def test_version_change_reruns_and_drops_stale_keys(corpus: Path) -> None:
 
     def age(doc: dict) -> None:
         doc["metrics"]["metrics.saturation_old"] = 1.0
-        doc["provenance"]["stages"]["saturation"].update(version="0", keys=["metrics.saturation", "metrics.saturation_old"])
+        doc["provenance"]["stages"]["saturation"].update(
+            version="0", keys=["metrics.saturation", "metrics.saturation_old"]
+        )
 
     update_meta(d, age)
     assert annotate_clip(str(d), ["saturation"], AnnotateConfig()).stages == {"saturation": "ok"}
@@ -116,7 +118,9 @@ def test_process_pool_matches_in_process(corpus: Path, tmp_path: Path) -> None:
 def test_bad_configuration_returns_error_code(corpus: Path, capsys: pytest.CaptureFixture) -> None:
     assert annotate_command(str(corpus), stages=["vlm"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.startswith("solarwm data annotate: error: ") and "endpoint" in captured.err
+    assert (
+        captured.out == "" and captured.err.startswith("solarwm data annotate: error: ") and "endpoint" in captured.err
+    )
     assert annotate_command(str(corpus / "missing")) == 2
 
 
@@ -132,9 +136,13 @@ def test_stage_keys_are_declared_once_and_the_policy_columns_come_from_them():
     assert COLUMNS == {**CLIP_COLUMNS, **declared}
     assert {"camera.scale_cov", "metrics.flow_dis", "metrics.vlm_quality"} <= set(declared)
 
-    stage = dataclasses.replace(STAGES["saturation"], run=lambda ctx, cfg: {"metrics.saturation": "high",
-                                                                             "metrics.extra": 1.0})
-    with pytest.raises(runner.MetricError, match=r"saturation.keys: metrics.extra \(undeclared\), "
-                                                 r"metrics.saturation \(not number\)"):
+    stage = dataclasses.replace(
+        STAGES["saturation"], run=lambda ctx, cfg: {"metrics.saturation": "high", "metrics.extra": 1.0}
+    )
+    with pytest.raises(
+        runner.MetricError,
+        match=r"saturation.keys: metrics.extra \(undeclared\), "
+        r"metrics.saturation \(not number\)",
+    ):
         runner._check_declared(stage, stage.run(None, None))
     runner._check_declared(STAGES["saturation"], {"metrics.saturation": 12.5})  # declared and a number: fine

@@ -18,7 +18,9 @@ from solarwm.data.annotate.stages import AnnotateConfig
 from solarwm.data.contract import iter_clip_dirs, read_meta
 
 API_KEY = "sk-test-secret-0123456789"
-CAPTION = " ".join(["A quiet courtyard of pale stone walls, low hedges and a shallow pool under soft overcast light."] * 5)
+CAPTION = " ".join(
+    ["A quiet courtyard of pale stone walls, low hedges and a shallow pool under soft overcast light."] * 5
+)
 
 
 def answer(**override: Any) -> dict[str, Any]:
@@ -49,12 +51,18 @@ class FakeChat:
                     self.send_error(404)
                     return
                 content = outer.replies.pop(0) if len(outer.replies) > 1 else outer.replies[0]
-                payload = json.dumps({
-                    "id": f"chatcmpl-{len(outer.requests)}", "object": "chat.completion", "created": 0,
-                    "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
-                }).encode()
+                payload = json.dumps(
+                    {
+                        "id": f"chatcmpl-{len(outer.requests)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -150,25 +158,42 @@ def test_always_invalid_records_failure_and_stores_nothing(clip: Path) -> None:
     assert no_file_contains_key(clip.parent)
 
 
-@pytest.mark.parametrize("override, match", [
-    ({"dense_caption": "Too short."}, "words"),
-    ({"vlm_entity_density": True}, "vlm_entity_density"),
-    ({"vlm_quality": 3.5}, "vlm_quality"),
-    ({"reject_flags": ["blurry", "blurry"]}, "duplicates"),
-    ({"reject_flags": ["people"]}, "unknown flags"),
-    ({"scene_type": "cartoon"}, "scene_type"),
-    ({"scene_transition": {"label": "definite", "count": 2, "timestamps_sec": [1.0], "evidence": "cut"}}, "count is 2"),
-    ({"scene_transition": {"label": "none", "count": 0, "timestamps_sec": []}}, "exactly the keys"),
-    ({"extra": 1}, "unexpected"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ({"dense_caption": "Too short."}, "words"),
+        ({"vlm_entity_density": True}, "vlm_entity_density"),
+        ({"vlm_quality": 3.5}, "vlm_quality"),
+        ({"reject_flags": ["blurry", "blurry"]}, "duplicates"),
+        ({"reject_flags": ["people"]}, "unknown flags"),
+        ({"scene_type": "cartoon"}, "scene_type"),
+        (
+            {"scene_transition": {"label": "definite", "count": 2, "timestamps_sec": [1.0], "evidence": "cut"}},
+            "count is 2",
+        ),
+        ({"scene_transition": {"label": "none", "count": 0, "timestamps_sec": []}}, "exactly the keys"),
+        ({"extra": 1}, "unexpected"),
+    ],
+)
 def test_validation_rejects(override: dict, match: str) -> None:
     with pytest.raises(vlm.VLMResponseError, match=match):
         vlm.validate_response(json.dumps(answer(**override)))
 
 
 def test_validation_accepts_integral_quality_and_transitions() -> None:
-    obj = vlm.validate_response(json.dumps(answer(
-        vlm_quality=5, scene_transition={"label": "definite", "count": 1, "timestamps_sec": [1.5], "evidence": "cut to a street"})))
+    obj = vlm.validate_response(
+        json.dumps(
+            answer(
+                vlm_quality=5,
+                scene_transition={
+                    "label": "definite",
+                    "count": 1,
+                    "timestamps_sec": [1.5],
+                    "evidence": "cut to a street",
+                },
+            )
+        )
+    )
     _, metrics = vlm.to_record(obj)
     assert metrics["metrics.vlm_quality"] == 5.0 and metrics["metrics.vlm_transition_count"] == 1
 

@@ -8,7 +8,17 @@ import pytest
 from solarwm.camera.trajectory import compose_segments, forward
 from solarwm.cli import main
 from solarwm.data.accounting import account, outcome
-from solarwm.data.contract import Clip, ClipError, clip_id, iter_clip_dirs, read_clip, read_meta, update_meta, validate_clip, write_clip
+from solarwm.data.contract import (
+    Clip,
+    ClipError,
+    clip_id,
+    iter_clip_dirs,
+    read_clip,
+    read_meta,
+    update_meta,
+    validate_clip,
+    write_clip,
+)
 from solarwm.data.inspect import inspect_corpus
 
 
@@ -17,23 +27,41 @@ def make_clip(n=9, owner="synthetic", oid="x0", seed=0):
     traj = compose_segments([forward(n - 1, 1.0)], width=32, height=32)
     # smooth gradient frames compress well and survive H.264 almost losslessly
     yy, xx = np.mgrid[0:32, 0:32]
-    frames = np.stack([np.stack([xx * 7 + t, yy * 7, np.full_like(xx, 128 + t)], -1) for t in range(n)]).astype(np.uint8)
+    frames = np.stack([np.stack([xx * 7 + t, yy * 7, np.full_like(xx, 128 + t)], -1) for t in range(n)]).astype(
+        np.uint8
+    )
     return Clip(
-        clip_id=clip_id(owner, oid, 0, n), frames=frames, c2w=traj.c2w, K=traj.K,
-        caption=f"a test world {rng.integers(100)}", meta={"fps": 8.0},
-        provenance={"owner": owner, "original_id": oid, "frame_interval": [0, n], "conversions": [], "versions": {}, "stages": {}},
+        clip_id=clip_id(owner, oid, 0, n),
+        frames=frames,
+        c2w=traj.c2w,
+        K=traj.K,
+        caption=f"a test world {rng.integers(100)}",
+        meta={"fps": 8.0},
+        provenance={
+            "owner": owner,
+            "original_id": oid,
+            "frame_interval": [0, n],
+            "conversions": [],
+            "versions": {},
+            "stages": {},
+        },
     )
 
 
 def test_clip_id_is_deterministic():
     assert clip_id("a", "b", 0, 10) == clip_id("a", "b", 0, 10)
-    assert len({clip_id("a", "b", 0, 10), clip_id("a", "b", 0, 11), clip_id("a", "c", 0, 10), clip_id("d", "b", 0, 10)}) == 4
+    assert (
+        len({clip_id("a", "b", 0, 10), clip_id("a", "b", 0, 11), clip_id("a", "c", 0, 10), clip_id("d", "b", 0, 10)})
+        == 4
+    )
 
 
 def test_write_read_round_trip(tmp_path):
     clip = make_clip()
     folder = write_clip(clip, tmp_path)
-    assert sorted(p.name for p in folder.iterdir()) == sorted(["intrinsics.npy", "meta.json", "poses.npy", "prompt.txt", "video.mp4"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["intrinsics.npy", "meta.json", "poses.npy", "prompt.txt", "video.mp4"]
+    )
     assert (folder / "prompt.txt").read_text() == clip.caption + "\n"
     back = read_clip(folder)
     assert back.frames.shape == (9, 32, 32, 3)
@@ -49,11 +77,17 @@ def _break(folder, what):
     if what == "frame_count":
         np.save(folder / "poses.npy", np.concatenate([np.load(folder / "poses.npy"), np.eye(4)[None]]))
     elif what == "pose_finite":
-        p = np.load(folder / "poses.npy"); p[2, 0, 3] = np.nan; np.save(folder / "poses.npy", p)
+        p = np.load(folder / "poses.npy")
+        p[2, 0, 3] = np.nan
+        np.save(folder / "poses.npy", p)
     elif what == "pose_det":
-        p = np.load(folder / "poses.npy"); p[1, :3, 0] *= -1; np.save(folder / "poses.npy", p)
+        p = np.load(folder / "poses.npy")
+        p[1, :3, 0] *= -1
+        np.save(folder / "poses.npy", p)
     elif what == "focal_positive":
-        k = np.load(folder / "intrinsics.npy"); k[0, 0] = -5; np.save(folder / "intrinsics.npy", k)
+        k = np.load(folder / "intrinsics.npy")
+        k[0, 0] = -5
+        np.save(folder / "intrinsics.npy", k)
     elif what == "video":
         (folder / "video.mp4").write_bytes(b"not an mp4 at all")
     elif what == "missing_file":
@@ -62,7 +96,9 @@ def _break(folder, what):
         (folder / "meta.json").write_text("{broken")
 
 
-@pytest.mark.parametrize("what", ["frame_count", "pose_finite", "pose_det", "focal_positive", "video", "missing_file", "meta"])
+@pytest.mark.parametrize(
+    "what", ["frame_count", "pose_finite", "pose_det", "focal_positive", "video", "missing_file", "meta"]
+)
 def test_each_failure_is_named(tmp_path, what):
     folder = write_clip(make_clip(), tmp_path)
     _break(folder, what)
@@ -89,6 +125,7 @@ def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
 
     def boom(*a, **k):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(contract.np, "save", boom)
     with pytest.raises(KeyboardInterrupt):
         write_clip(make_clip(), tmp_path)
@@ -100,7 +137,12 @@ def test_update_meta_and_accounting(tmp_path):
     b = write_clip(make_clip(oid="b"), tmp_path)
     write_clip(make_clip(oid="c"), tmp_path)
     update_meta(a, lambda m: m.update(selection={"policy": "p", "version": "1", "tier": "xhigh", "reasons": []}))
-    update_meta(b, lambda m: m["provenance"]["stages"].update(vmaf={"status": "failed", "version": "1", "error": "video: cannot decode"}))
+    update_meta(
+        b,
+        lambda m: m["provenance"]["stages"].update(
+            vmaf={"status": "failed", "version": "1", "error": "video: cannot decode"}
+        ),
+    )
     assert outcome(read_meta(a)) == "kept-xhigh" and outcome(read_meta(b)) == "failed"
     acc = account(tmp_path)
     assert acc.line() == "ingested 3 = kept-xhigh 1 + kept-high 0 + rejected 0 + failed 1 (+ pending 1)"
@@ -131,5 +173,8 @@ def test_video_encoding_is_reproducible_across_processes(tmp_path):
         "f = (np.random.default_rng(0).random((9, 48, 64, 3)) * 255).astype(np.uint8);"
         "print(hashlib.sha256(encode_video_bytes(f, 16)).hexdigest())"
     )
-    digests = {subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, check=True).stdout for n in (1, 777)}
+    digests = {
+        subprocess.run([sys.executable, "-c", code, str(n)], capture_output=True, text=True, check=True).stdout
+        for n in (1, 777)
+    }
     assert len(digests) == 1

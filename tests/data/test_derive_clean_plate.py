@@ -43,10 +43,17 @@ def parent(corpus, owner, name, n, units="metric", size=(64, 36)):
     K[:, 0] += np.arange(n)  # per-frame K, so a wrong slice would show
     K[:, 1] = K[:, 0]
     meta = {"fps": 16.0, "pose_units": units}
-    clip = Clip(clip_id(owner, name, 0, n), rng.integers(0, 255, (n, h, w, 3), dtype=np.uint8), c2w, K,
-                "a parent caption", meta, metrics={"metrics.vmaf": 3.0, "camera.fov_x_min": 40.0},
-                provenance={"owner": owner, "original_id": name, "frame_interval": [0, n]},
-                selection={"tier": "high", "reasons": []})
+    clip = Clip(
+        clip_id(owner, name, 0, n),
+        rng.integers(0, 255, (n, h, w, 3), dtype=np.uint8),
+        c2w,
+        K,
+        "a parent caption",
+        meta,
+        metrics={"metrics.vmaf": 3.0, "camera.fov_x_min": 40.0},
+        provenance={"owner": owner, "original_id": name, "frame_interval": [0, n]},
+        selection={"tier": "high", "reasons": []},
+    )
     return write_clip(clip, corpus)
 
 
@@ -156,35 +163,87 @@ def tiny_ltx23_folder(root):
     )
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "\u2581"]
-    tokenizer = GemmaTokenizer(vocab={t: i for i, t in enumerate(specials + list("abcdefghijklmnopqrstuvwxyz"))},
-                               merges=[])
-    text = Gemma3TextConfig(vocab_size=36, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                            num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=1024)
-    vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                image_size=28, patch_size=14)
+    tokenizer = GemmaTokenizer(
+        vocab={t: i for i, t in enumerate(specials + list("abcdefghijklmnopqrstuvwxyz"))}, merges=[]
+    )
+    text = Gemma3TextConfig(
+        vocab_size=36,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=1024,
+    )
+    vision = SiglipVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+    )
     torch.manual_seed(0)
-    text_encoder = Gemma3ForConditionalGeneration(Gemma3Config(
-        text_config=text, vision_config=vision, mm_tokens_per_image=4, boi_token_index=32, eoi_token_index=33,
-        image_token_index=34))
+    text_encoder = Gemma3ForConditionalGeneration(
+        Gemma3Config(
+            text_config=text,
+            vision_config=vision,
+            mm_tokens_per_image=4,
+            boi_token_index=32,
+            eoi_token_index=33,
+            image_token_index=34,
+        )
+    )
     route = LTX25Config.tiny()
-    audio = dict(audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2, audio_attention_head_dim=8,
-                 audio_cross_attention_dim=16, audio_gated_attn=True, audio_cross_attn_mod=True, audio_ff_bias=False)
-    transformer = LTX2VideoTransformer3DModel(**route.transformer_kwargs(TINY_LTX_VAE_CONFIG["latent_channels"]), **audio)
+    audio = dict(
+        audio_in_channels=4,
+        audio_out_channels=4,
+        audio_num_attention_heads=2,
+        audio_attention_head_dim=8,
+        audio_cross_attention_dim=16,
+        audio_gated_attn=True,
+        audio_cross_attn_mod=True,
+        audio_ff_bias=False,
+    )
+    transformer = LTX2VideoTransformer3DModel(
+        **route.transformer_kwargs(TINY_LTX_VAE_CONFIG["latent_channels"]), **audio
+    )
     connectors = LTX2TextConnectors(
-        caption_channels=text.hidden_size, text_proj_in_factor=text.num_hidden_layers + 1, **route.connector_kwargs(),
-        audio_connector_num_attention_heads=2, audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
-        audio_connector_num_learnable_registers=8, audio_gated_attn=True, per_modality_projections=True,
-        video_hidden_dim=route.cross_attention_dim, audio_hidden_dim=16, connector_rope_base_seq_len=32)
-    audio_vae = AutoencoderKLLTX2Audio(base_channels=4, ch_mult=(1,), num_res_blocks=1, resolution=32,
-                                       latent_channels=2, mel_bins=8)
-    vocoder = LTX2Vocoder(in_channels=16, hidden_channels=32, upsample_kernel_sizes=[4, 4], upsample_factors=[2, 2],
-                          resnet_kernel_sizes=[3], resnet_dilations=[[1, 3, 5]], output_sampling_rate=16000)
+        caption_channels=text.hidden_size,
+        text_proj_in_factor=text.num_hidden_layers + 1,
+        **route.connector_kwargs(),
+        audio_connector_num_attention_heads=2,
+        audio_connector_attention_head_dim=8,
+        audio_connector_num_layers=1,
+        audio_connector_num_learnable_registers=8,
+        audio_gated_attn=True,
+        per_modality_projections=True,
+        video_hidden_dim=route.cross_attention_dim,
+        audio_hidden_dim=16,
+        connector_rope_base_seq_len=32,
+    )
+    audio_vae = AutoencoderKLLTX2Audio(
+        base_channels=4, ch_mult=(1,), num_res_blocks=1, resolution=32, latent_channels=2, mel_bins=8
+    )
+    vocoder = LTX2Vocoder(
+        in_channels=16,
+        hidden_channels=32,
+        upsample_kernel_sizes=[4, 4],
+        upsample_factors=[2, 2],
+        resnet_kernel_sizes=[3],
+        resnet_dilations=[[1, 3, 5]],
+        output_sampling_rate=16000,
+    )
     # LTX-2.3's scheduler config (dynamic exponential shift).
-    scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05,
-                                                shift_terminal=0.1, time_shift_type="exponential")
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05, shift_terminal=0.1, time_shift_type="exponential"
+    )
     pipe = LTX2InContextPipeline(
-        scheduler=scheduler, vae=AutoencoderKLLTX2Video(**TINY_LTX_VAE_CONFIG), audio_vae=audio_vae,
-        text_encoder=text_encoder, tokenizer=tokenizer, connectors=connectors, transformer=transformer, vocoder=vocoder)
+        scheduler=scheduler,
+        vae=AutoencoderKLLTX2Video(**TINY_LTX_VAE_CONFIG),
+        audio_vae=audio_vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        connectors=connectors,
+        transformer=transformer,
+        vocoder=vocoder,
+    )
     pipe.save_pretrained(root, safe_serialization=True)
     # The IC-LoRA as the LTX-2 trainer writes it: diffusion_model.<module>.lora_A/B.weight, rank 4 on
     # the video self-attention, the reference downscale factor in the safetensors metadata.
@@ -215,7 +274,9 @@ def test_tiny_ltx23_pipeline_end_to_end(tmp_path, capsys):
     # The IC-LoRA is loaded (converted from the trainer's keys) and active at scale 1.
     assert model.pipeline.get_active_adapters() == ["clean_plate"] and model.lora_name == LORA
     q = model.pipeline.transformer.transformer_blocks[0].attn1.to_q
-    assert torch.equal(q.lora_A["clean_plate"].weight, lora["diffusion_model.transformer_blocks.0.attn1.to_q.lora_A.weight"])
+    assert torch.equal(
+        q.lora_A["clean_plate"].weight, lora["diffusion_model.transformer_blocks.0.attn1.to_q.lora_A.weight"]
+    )
     summary = derive_corpus(src, out, model)
     assert summary["line"] == "parents 3 = derived 1 + already derived 0 + failed 1 + not a Clean Plate source 1"
     acc = account(out).total()
@@ -227,7 +288,10 @@ def test_tiny_ltx23_pipeline_end_to_end(tmp_path, capsys):
     assert d.frames.shape == (81, h, w, 3) and d.frames.dtype == np.uint8 and d.frames.std() > 0
     assert (d.meta["width"], d.meta["height"], d.meta["num_frames"], d.meta["fps"]) == (w, h, 81, 16.0)
     assert d.owner == "spatialvid_clean" and d.clip_id == clip_id("spatialvid_clean", p.clip_id, 0, 81)
-    assert d.provenance["lineage"]["parent_clip_id"] == p.clip_id and d.provenance["lineage"]["parent_interval"] == [0, 81]
+    assert d.provenance["lineage"]["parent_clip_id"] == p.clip_id and d.provenance["lineage"]["parent_interval"] == [
+        0,
+        81,
+    ]
     assert np.array_equal(d.c2w, p.c2w) and np.allclose(d.K, resize_intrinsics(p.K, w / 64, h / 36))
     assert d.metrics == {} and d.caption == "" and d.selection is None
     versions = d.provenance["versions"]
@@ -237,5 +301,7 @@ def test_tiny_ltx23_pipeline_end_to_end(tmp_path, capsys):
     # The CLI's own path (from_local at the published sizes, then the corpus): everything is done already.
     capsys.readouterr()
     assert main(["data", "derive", "--corpus", str(src), "--out", str(out), "--weights", str(weights)]) == 0
-    assert "parents 3 = derived 0 + already derived 1 + failed 1 + not a Clean Plate source 1" in capsys.readouterr().err
+    assert (
+        "parents 3 = derived 0 + already derived 1 + failed 1 + not a Clean Plate source 1" in capsys.readouterr().err
+    )
     assert len(iter_clip_dirs(out)) == 2

@@ -114,7 +114,9 @@ def test_frames_under_320_px_on_the_short_side_are_enlarged_2x():
 def test_the_second_focal_seed_nudges_the_first_wider():
     assert get_estimator("colmap")._focal_seeds(None, W, H) == pytest.approx((1.2 * W, W))  # COLMAP's prior 1.2 W
     assert get_estimator("colmap")._focal_seeds(0.6 * W, W, H) == pytest.approx((0.6 * W, 0.5 * W))  # a depth-model seed
-    assert get_estimator("colmap", second_focal_seed_ratio=1.5)._focal_seeds(None, H, W) == pytest.approx((1.2 * W, 0.8 * W))
+    assert get_estimator("colmap", second_focal_seed_ratio=1.5)._focal_seeds(None, H, W) == pytest.approx(
+        (1.2 * W, 0.8 * W)
+    )
     for bad in (1.0, 0.0, -1.2):  # 1 repeats the first run: no second opinion
         with pytest.raises(ValueError, match="second_focal_seed_ratio"):
             get_estimator("colmap", second_focal_seed_ratio=bad)
@@ -218,7 +220,8 @@ def test_tiny_random_depthpro_runs_end_to_end(tmp_path):
     # A random model's per-frame depth ratios disagree, so the spread bound is lifted, and the split-half check
     # (tested above) is off: at 4 fps it fails this arc by name, 0.95% of the path. Plumbing only.
     est = get_estimator("colmap", depth=model, max_scale_spread=np.inf, split_pos_frac=None).estimate(
-        frames[::4], traj.K[::4], 4.0)
+        frames[::4], traj.K[::4], 4.0
+    )
     assert est.pose_units == "metric" and est.diagnostics["depth_model"]["name"] == "transformers:depth_pro"
     assert np.isfinite(est.c2w).all() and est.diagnostics["metric_scale"]["scale"] > 0
 

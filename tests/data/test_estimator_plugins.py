@@ -8,7 +8,9 @@ from solarwm.cli import main
 from solarwm.data.estimators import ESTIMATORS, EstimatorUnavailable, estimator_status, get_estimator
 
 
-@pytest.mark.parametrize("name,module", [("pi3x", "pi3"), ("moge2", "moge"), ("geocalib", "geocalib"), ("vipe", "vipe")])
+@pytest.mark.parametrize(
+    "name,module", [("pi3x", "pi3"), ("moge2", "moge"), ("geocalib", "geocalib"), ("vipe", "vipe")]
+)
 def test_official_plugins_refuse_up_front_and_name_the_package(name, module, tmp_path):
     assert name in ESTIMATORS
     (tmp_path / "model.safetensors").write_bytes(b"not weights")  # never opened

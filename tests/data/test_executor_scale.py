@@ -163,7 +163,9 @@ def test_a_task_killed_midway_is_rerun_and_accounting_balances(executor, corpus_
     dirs = [str(d) for d in iter_clip_dirs(corpus)]
     marker = str(tmp_path / "died-once")
     # The third clip's task dies; the others run alongside it.
-    tasks = [(marker if i == 2 else str(tmp_path / f"never-{i}"), (d, FAST, AnnotateConfig())) for i, d in enumerate(dirs)]
+    tasks = [
+        (marker if i == 2 else str(tmp_path / f"never-{i}"), (d, FAST, AnnotateConfig())) for i, d in enumerate(dirs)
+    ]
     for i in range(len(dirs)):
         if i != 2:
             Path(tasks[i][0]).touch()  # these markers exist: their tasks never die

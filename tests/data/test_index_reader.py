@@ -163,9 +163,16 @@ def test_load_row_rejects_misaligned_members(packed, tmp_path) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    row = dict(long, shard="mixed.tar", shard_size=(root / "mixed.tar").stat().st_size, video_member="m.video.mp4",
-               camera_member="m.camera.npz", intrinsics_member="m.intrinsics.npy", manifest_member="m.manifest.json",
-               prompt_member="m.prompt.txt")
+    row = dict(
+        long,
+        shard="mixed.tar",
+        shard_size=(root / "mixed.tar").stat().st_size,
+        video_member="m.video.mp4",
+        camera_member="m.camera.npz",
+        intrinsics_member="m.intrinsics.npy",
+        manifest_member="m.manifest.json",
+        prompt_member="m.prompt.txt",
+    )
     assert read_index(write_rows(tmp_path / "mixed.jsonl.gz", [row]), root) == [row]
     with pytest.raises(IndexValidationError) as info:
         load_row(row, root)
@@ -176,11 +183,18 @@ def test_inspect_index_command(packed, tmp_path, capsys) -> None:
     _, out, rows = packed
     assert inspect_index_command(str(out / "raw-wds/index.jsonl.gz"), str(out), decode=True) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["rows_ok"] == len(rows) and summary["failures"] == [] and summary["shards"] == len({r["shard"] for r in rows})
+    assert (
+        summary["rows_ok"] == len(rows)
+        and summary["failures"] == []
+        and summary["shards"] == len({r["shard"] for r in rows})
+    )
     bad = [dict(r) for r in rows]
     bad[1]["epoch_repeats"] = "2"
     bad[2]["shard_size"] = 1
     assert inspect_index_command(str(write_rows(tmp_path / "bad.jsonl.gz", bad)), str(out)) == 1
     summary = json.loads(capsys.readouterr().out)
     assert summary["failures_by_check"] == {"epoch_repeats": 1, "shard_size": 1}
-    assert [(f["line"], f["sample_id"]) for f in summary["failures"]] == [(2, rows[1]["sample_id"]), (3, rows[2]["sample_id"])]
+    assert [(f["line"], f["sample_id"]) for f in summary["failures"]] == [
+        (2, rows[1]["sample_id"]),
+        (3, rows[2]["sample_id"]),
+    ]

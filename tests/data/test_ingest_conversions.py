@@ -25,8 +25,10 @@ def test_window_plan_nearest_frame_rule():
     assert len(cv.window_plan(1800, 29.97, "960f")) == 1
 
 
-@pytest.mark.parametrize("n, fps, spec, reason", [(500, 15.0, "81f", "fps_below_target"), (100, 30.0, "81f", "too_short"),
-                                                   (500, 0.0, "81f", "fps_unknown")])
+@pytest.mark.parametrize(
+    "n, fps, spec, reason",
+    [(500, 15.0, "81f", "fps_below_target"), (100, 30.0, "81f", "too_short"), (500, 0.0, "81f", "fps_unknown")],
+)
 def test_window_plan_never_upsamples(n, fps, spec, reason):
     with pytest.raises(SourceDefect) as e:
         cv.window_plan(n, fps, spec)
@@ -59,7 +61,9 @@ def test_quaternion_orders_and_w2c_inverse():
     w2c = np.linalg.inv(c2w)
     q = rotation_to_quat(w2c[:3, :3], "wxyz")
     np.testing.assert_allclose(cv.quaternion_w2c_to_c2w(q[None], w2c[None, :3, 3], "wxyz")[0], c2w, atol=1e-12)
-    np.testing.assert_allclose(cv.quaternion_w2c_to_c2w(q[None, [1, 2, 3, 0]], w2c[None, :3, 3], "xyzw")[0], c2w, atol=1e-12)
+    np.testing.assert_allclose(
+        cv.quaternion_w2c_to_c2w(q[None, [1, 2, 3, 0]], w2c[None, :3, 3], "xyzw")[0], c2w, atol=1e-12
+    )
     np.testing.assert_allclose(cv.w2c_to_c2w(w2c[None, :3])[0], c2w, atol=1e-12)  # [N,3,4] padded
     with pytest.raises(SourceDefect, match="pose_nonfinite"):
         cv.quaternion_w2c_to_c2w(np.full((1, 4), np.nan), np.zeros((1, 3)))
@@ -115,8 +119,9 @@ def test_bridge_fails_closed():
     with pytest.raises(SourceDefect, match="metric_reference_not_metric"):
         windowed_metric_scale(metric, frames, K, 16.0, _ScaledTruth(metric, [1.0], units="relative"))
     with pytest.raises(SourceDefect, match="metric_bridge_failed"):  # references disagree by 4x
-        windowed_metric_scale(metric, frames, K, 16.0, _ScaledTruth(metric, [1.0, 4.0, 1.0, 4.0, 1.0, 4.0]),
-                              BridgeConfig(max_spread=2.5))
+        windowed_metric_scale(
+            metric, frames, K, 16.0, _ScaledTruth(metric, [1.0, 4.0, 1.0, 4.0, 1.0, 4.0]), BridgeConfig(max_spread=2.5)
+        )
     static = np.repeat(metric[:1], len(metric), 0)
     with pytest.raises(SourceDefect, match="metric_bridge_failed"):
         windowed_metric_scale(static, frames, K, 16.0, _ScaledTruth(metric, [1.0]))

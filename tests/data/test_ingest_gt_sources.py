@@ -57,11 +57,18 @@ def test_realcam_vid_roundtrip_and_malformed_items(tmp_path):
     flip["camera_extrinsics"][3, :3, 0] *= -1.0  # an improper rotation (det -1)
     short = realcam_entry(world, "re10k_count", 2.5)
     short["camera_extrinsics"] = short["camera_extrinsics"][:-1]
-    write_realcam(tmp_path / "native", [
-        ("re10k_good", frames, good), ("re10k_nometa", frames[:40], None), ("re10k_nan", frames, nan),
-        ("re10k_det", frames, flip), ("re10k_count", frames, short), ("re10k_brief", frames[:100],
-                                                                      realcam_entry(make_world(100, SRC_FPS), "re10k_brief", 1.0)),
-    ], SRC_FPS)
+    write_realcam(
+        tmp_path / "native",
+        [
+            ("re10k_good", frames, good),
+            ("re10k_nometa", frames[:40], None),
+            ("re10k_nan", frames, nan),
+            ("re10k_det", frames, flip),
+            ("re10k_count", frames, short),
+            ("re10k_brief", frames[:100], realcam_entry(make_world(100, SRC_FPS), "re10k_brief", 1.0)),
+        ],
+        SRC_FPS,
+    )
     out = tmp_path / "corpus"
     summary = ingest("realcam_vid", tmp_path / "native", out, spec="81f", progress=False)
 
@@ -101,16 +108,22 @@ def test_sekai_game_bridge_restores_metres_and_fails_closed(tmp_path):
     # fails closed before any SfM runs, and no scale is made up.
     first = ingest("sekai_game", native, out, spec="81f", progress=False)
     fails = _failures(out)
-    assert first["failed_reasons"] == {"metric_reference_not_metric": 2, "missing_pose_file": 1, "pose_improper_rotation": 1}
+    assert first["failed_reasons"] == {
+        "metric_reference_not_metric": 2,
+        "missing_pose_file": 1,
+        "pose_improper_rotation": 1,
+    }
     assert fails[stem].startswith("metric_reference_not_metric: estimator colmap returns relative")
-    window_records = [read_meta(d)["provenance"] for d in iter_clip_dirs(out)
-                      if read_meta(d)["provenance"]["original_id"] == stem]
+    window_records = [
+        read_meta(d)["provenance"] for d in iter_clip_dirs(out) if read_meta(d)["provenance"]["original_id"] == stem
+    ]
     assert sorted(p["frame_interval"] for p in window_records) == [[0, 152], [152, 304]]
 
     # With a metric reference the same run resumes: the failed windows become clips under the same ids.
     weights = write_oracle(tmp_path / "oracle.npz", native / "walking" / f"{stem}.mp4", world)
-    second = ingest("sekai_game", native, out, spec="81f", estimator="truth-oracle", estimator_weights=weights,
-                    progress=False)
+    second = ingest(
+        "sekai_game", native, out, spec="81f", estimator="truth-oracle", estimator_weights=weights, progress=False
+    )
     assert second["clips"] == {"written": 2, "skipped": 0, "failed": 2}
     check_windows(out, "sekai_game", stem, world)
     clip = read_clip(out / clip_id("sekai_game", stem, 0, 152), load_video=False)
@@ -130,7 +143,9 @@ def test_abot_colmap_actions_and_bridge(tmp_path):
     write_abot(native, "11aa" + "0" * 28, world, 1.0, actions=N - 3)  # wrong action row count
     write_abot(native, "22bb" + "0" * 28, world, 1.0, with_annotations=False)
     weights = write_oracle(tmp_path / "oracle.npz", native / "data" / sid[:2] / sid / "video.mp4", world)
-    summary = ingest("abot", native, out, spec="81f", estimator="truth-oracle", estimator_weights=weights, progress=False)
+    summary = ingest(
+        "abot", native, out, spec="81f", estimator="truth-oracle", estimator_weights=weights, progress=False
+    )
     assert summary["failed_reasons"] == {"action_count_mismatch": 1, "missing_pose_file": 1}
     check_windows(out, "abot", sid, world)
     for w in range(2):
@@ -143,7 +158,10 @@ def test_abot_colmap_actions_and_bridge(tmp_path):
 
 def test_multicamvideo_unreal_centimetres_relabelled(tmp_path):
     focal = 24.0
-    worlds = {"cam01": make_world(81, 15.0, 0, fov_for_focal(focal)), "cam02": make_world(81, 15.0, 1, fov_for_focal(focal))}
+    worlds = {
+        "cam01": make_world(81, 15.0, 0, fov_for_focal(focal)),
+        "cam02": make_world(81, 15.0, 1, fov_for_focal(focal)),
+    }
     native, out = tmp_path / "native", tmp_path / "corpus"
     write_multicam(native, focal, worlds)
     summary = ingest("multicamvideo", native, out, progress=False)  # default spec 81f
@@ -177,4 +195,8 @@ def test_omniworld_split_pngs_metric_scale(tmp_path):
     check_windows(out, "omniworld", "a1b2c3_s0", world, src_fps=24.0, windows=1, frame_tol=8.0)
     clip = read_clip(out / clip_id("omniworld", "a1b2c3_s0", 0, 122), load_video=False)
     assert clip.provenance["native"]["global_frames"] == [100, 230]
-    assert [c["name"] for c in clip.provenance["conversions"]] == ["quaternion_w2c_to_c2w", "metric_scale", "resample_fps"]
+    assert [c["name"] for c in clip.provenance["conversions"]] == [
+        "quaternion_w2c_to_c2w",
+        "metric_scale",
+        "resample_fps",
+    ]

@@ -35,7 +35,9 @@ def test_same_named_videos_and_a_symlinked_alias_each_get_their_own_records(tmp_
     assert by_item["a@videos/group_0001/a.mp4"] == by_item["a@videos/group_0002/a.mp4"] == 2
     duplicates = [m for m in metas if "duplicate_item" in m["provenance"]["stages"]["ingest"]["error"]]
     assert sorted(m["provenance"]["original_id"] for m in duplicates) == [
-        "a@videos/group_0003/a.mp4", "b@videos/group_0003/b.mp4"]
+        "a@videos/group_0003/a.mp4",
+        "b@videos/group_0003/b.mp4",
+    ]
     assert all("group_0001" in m["provenance"]["stages"]["ingest"]["error"] for m in duplicates)
 
     again = ingest("spatialvid", native, out, spec="81f", progress=False, estimator="vipe")
@@ -46,8 +48,9 @@ def test_an_unknown_estimator_is_one_line_before_any_work(tmp_path, capsys):
     native, out = tmp_path / "native", tmp_path / "corpus"
     (native / "videos" / "group_0001").mkdir(parents=True)
     (native / "videos" / "group_0001" / "a.mp4").write_bytes(world_mp4(N, SRC_FPS))
-    code = main(["data", "ingest", "--source", "spatialvid", "--root", str(native), "--out", str(out),
-                 "--estimator", "nosuch"])
+    code = main(
+        ["data", "ingest", "--source", "spatialvid", "--root", str(native), "--out", str(out), "--estimator", "nosuch"]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and "unknown estimator 'nosuch'" in err and "colmap" in err

@@ -20,10 +20,17 @@ SRC_FPS, N = 30.0, 310
 # source → (writer, original ids that yield two windows each, owner at 81f/160f)
 NATIVE = {
     "dl3dv": (lambda root, v: write_dl3dv(root, v, ["a" * 64]), ["a" * 64]),
-    "miradata": (lambda root, v: write_miradata(root, v, ["000000008165.3", "000000008166.0"]), ["000000008165.3", "000000008166.0"]),
+    "miradata": (
+        lambda root, v: write_miradata(root, v, ["000000008165.3", "000000008166.0"]),
+        ["000000008165.3", "000000008166.0"],
+    ),
     "spatialvid": (lambda root, v: write_spatialvid(root, v, ["3f2a-uuid"]), ["3f2a-uuid"]),
-    "sekai_walking": (lambda root, v: write_sekai_walking(root, v, ["au1ts-L8MXQ_0021750_0023550", "notHQ_0000000_0001800"],
-                                                          ["au1ts-L8MXQ_0021750_0023550"]), ["au1ts-L8MXQ_0021750_0023550"]),
+    "sekai_walking": (
+        lambda root, v: write_sekai_walking(
+            root, v, ["au1ts-L8MXQ_0021750_0023550", "notHQ_0000000_0001800"], ["au1ts-L8MXQ_0021750_0023550"]
+        ),
+        ["au1ts-L8MXQ_0021750_0023550"],
+    ),
     "mind": (lambda root, v: write_mind(root, v, N, {"data-1": N}), ["1st_data_train_data-1"]),
 }
 
@@ -45,7 +52,9 @@ def test_without_estimator_every_window_fails_closed_and_is_accounted(source, tm
     got = sorted((r["provenance"]["original_id"], tuple(r["provenance"]["frame_interval"])) for r in records)
     assert got == sorted((i, (w * win, (w + 1) * win)) for i in ids for w in range(n_win))
     for r in records:
-        assert r["clip_id"] == clip_id(summary["owner"], r["provenance"]["original_id"], *r["provenance"]["frame_interval"])
+        assert r["clip_id"] == clip_id(
+            summary["owner"], r["provenance"]["original_id"], *r["provenance"]["frame_interval"]
+        )
         assert r["provenance"]["stages"]["ingest"]["error"].startswith("estimator_unavailable: vipe")
         assert not (out / r["clip_id"] / "poses.npy").exists()  # no pose is made up
     acc = account(out)
@@ -56,8 +65,10 @@ def test_without_estimator_every_window_fails_closed_and_is_accounted(source, tm
 
 def test_dl3dv_owner_follows_the_spec(tmp_path):
     write_dl3dv(tmp_path / "native", world_mp4(N, SRC_FPS), ["b" * 64])
-    assert ingest("dl3dv", tmp_path / "native", tmp_path / "c10", spec="160f", progress=False,
-                  estimator="vipe")["owner"] == "dl3dv-10s"
+    assert (
+        ingest("dl3dv", tmp_path / "native", tmp_path / "c10", spec="160f", progress=False, estimator="vipe")["owner"]
+        == "dl3dv-10s"
+    )
     summary = ingest("dl3dv", tmp_path / "native", tmp_path / "c60", spec="960f", progress=False)
     assert summary["owner"] == "dl3dv-60s" and summary["failed_reasons"] == {"too_short": 1}
     with pytest.raises(ValueError, match="no owner at spec 81f"):
@@ -70,7 +81,9 @@ def test_mind_estimator_path_slices_actions_and_fails_bad_action_files(tmp_path)
     video = world_mp4(N, SRC_FPS)
     write_mind(native, video, N, {"data-1": N, "data-2": N + 4, "data-3": None})
     weights = write_oracle(tmp_path / "oracle.npz", video, world)
-    summary = ingest("mind", native, out, spec="81f", estimator="truth-oracle", estimator_weights=weights, progress=False)
+    summary = ingest(
+        "mind", native, out, spec="81f", estimator="truth-oracle", estimator_weights=weights, progress=False
+    )
     assert summary["failed_reasons"] == {"action_count_mismatch": 1, "missing_action_file": 1}
     actions = mind_actions(N)["data"]
     for w in range(2):
@@ -85,7 +98,9 @@ def test_mind_estimator_path_slices_actions_and_fails_bad_action_files(tmp_path)
         action = np.load(folder / "action.npy")
         assert action.dtype == np.int16 and action.shape == (81, 4)
         assert action[:, 0].tolist() == [actions[i]["ws"] for i in idx]
-        assert np.load(folder / "actor_pose.npy")[:, 0].tolist() == pytest.approx([actions[i]["actor_pos"]["x"] for i in idx])
+        assert np.load(folder / "actor_pose.npy")[:, 0].tolist() == pytest.approx(
+            [actions[i]["actor_pos"]["x"] for i in idx]
+        )
 
 
 def test_cli_ingest_forwards_the_executor(tmp_path, capsys):
@@ -95,8 +110,24 @@ def test_cli_ingest_forwards_the_executor(tmp_path, capsys):
     assert pickle.loads(pickle.dumps((cfg, item))) == (cfg, item)  # what a process/cluster executor ships
     # vipe fails every window closed, the same on every machine: what is tested is the executor, not SfM (colmap's
     # outcome on these windows moved with the pycolmap version: failed on one, written on 4.1.1).
-    args = ["data", "ingest", "--source", "dl3dv", "--root", str(tmp_path / "native"), "--out", str(tmp_path / "corpus"),
-            "--spec", "160f", "--estimator", "vipe", "--workers", "1", "--executor", "process"]
+    args = [
+        "data",
+        "ingest",
+        "--source",
+        "dl3dv",
+        "--root",
+        str(tmp_path / "native"),
+        "--out",
+        str(tmp_path / "corpus"),
+        "--spec",
+        "160f",
+        "--estimator",
+        "vipe",
+        "--workers",
+        "1",
+        "--executor",
+        "process",
+    ]
     assert main(args) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)

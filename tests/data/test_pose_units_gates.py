@@ -48,7 +48,9 @@ def test_relative_clip_fails_the_camera_gate_with_the_reason_named(tmp_path, cap
     assert docs[default.name]["metrics"]["camera.pose_units"] == "metric"  # absent means metric
     table, errors = records_to_table([flatten_meta(d) for d in docs.values()])
     rows = {r["clip_id"]: r for r in evaluate(POLICY, table, errors).table.to_pylist()}
-    camera_reasons = [[x for x in rows[p.name]["reasons"] if x.startswith("camera.")] for p in (metric, default, relative)]
+    camera_reasons = [
+        [x for x in rows[p.name]["reasons"] if x.startswith("camera.")] for p in (metric, default, relative)
+    ]
     assert camera_reasons[:2] == [[], []]
     # Table 3's C120 does not read camera.pose_units; the scale CoV it needs is undefined for relative poses.
     assert camera_reasons[2] == ["camera.scale_cov: undefined for relative poses (camera.pose_units=relative)"]

@@ -93,7 +93,11 @@ def test_split_is_disjoint_and_whole_clip() -> None:
     assert not ({r["sample_id"] for r in train} & {r["sample_id"] for r in test})
     # the first `per_owner` clips by sha256 rank of each owner are the test view
     for owner in ("abot", "synthetic"):
-        eligible = [r["sample_id"] for r in rows if r["dataset"] == owner and r["kept_tier"] != "rejected" and r["num_frames"] >= 33]
+        eligible = [
+            r["sample_id"]
+            for r in rows
+            if r["dataset"] == owner and r["kept_tier"] != "rejected" and r["num_frames"] >= 33
+        ]
         expected = sorted(eligible, key=lambda s: (split_rank(s), s))[:3]
         assert sorted({r["source_sample_id"] for r in test if r["dataset"] == owner}) == sorted(expected)
     assert report["test"]["clips"] == 6
@@ -118,14 +122,24 @@ def test_repeat_accounting_and_short_exclusion() -> None:
 
 
 def test_recipe_command_end_to_end(tmp_path: Path, capsys) -> None:
-    clips = [(f"c{i:02d}", "synthetic" if i % 2 else "abot", ("xhigh", "high", "rejected")[i % 3], 4 + i % 5) for i in range(14)]
+    clips = [
+        (f"c{i:02d}", "synthetic" if i % 2 else "abot", ("xhigh", "high", "rejected")[i % 3], 4 + i % 5)
+        for i in range(14)
+    ]
     corpus = make_corpus(tmp_path, clips=clips)
     release = tmp_path / "release"
     pack_command(str(corpus), str(release))
     capsys.readouterr()
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(_spec(repeat={"abot": 3}, window={"frames": 5, "mode": "evenly_spread", "count": 2},
-                                         test_view={"per_owner": 1})))
+    spec.write_text(
+        yaml.safe_dump(
+            _spec(
+                repeat={"abot": 3},
+                window={"frames": 5, "mode": "evenly_spread", "count": 2},
+                test_view={"per_owner": 1},
+            )
+        )
+    )
     out = tmp_path / "recipe"
     assert recipe_command(str(release), str(spec), str(out)) == 0
     report = json.loads((out / "report.json").read_text())

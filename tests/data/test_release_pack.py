@@ -47,7 +47,9 @@ def test_layout_index_and_summary(corpus: Path, tmp_path: Path, capsys) -> None:
         assert set(INDEX_FIELDS) <= set(row)
         assert row["key"] == sample_key(row["sample_id"]) and "." not in row["key"]
         assert row["shard"].startswith(f"raw-wds/{row['dataset']}/shards/")
-        assert Path(row["shard"]).name.startswith({"xhigh": "kept-xhigh", "high": "kept-high", "rejected": "rejected"}[row["kept_tier"]])
+        assert Path(row["shard"]).name.startswith(
+            {"xhigh": "kept-xhigh", "high": "kept-high", "rejected": "rejected"}[row["kept_tier"]]
+        )
         assert row["shard_size"] == (out / row["shard"]).stat().st_size
         assert row["video_member"] == f"{row['key']}.video.mp4"
     not_packed = {c["clip_id"]: c["outcome"] for c in printed["not_packed"]}
@@ -159,4 +161,6 @@ def test_kill_leaves_partial_and_resume_removes_it(corpus: Path, tmp_path: Path,
     pack_command(str(corpus), str(out), shard_max_samples=5)
     assert not partials[0].exists()
     rows = read_index(out / "raw-wds/index.jsonl.gz", out)
-    assert sorted(r["sample_id"] for r in rows) == sorted(c[0] for c in DEFAULT_CLIPS if c[2] in ("xhigh", "high", "rejected"))
+    assert sorted(r["sample_id"] for r in rows) == sorted(
+        c[0] for c in DEFAULT_CLIPS if c[2] in ("xhigh", "high", "rejected")
+    )

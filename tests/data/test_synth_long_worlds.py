@@ -50,7 +50,9 @@ def test_minute_long_synth_clips_keep_detail_in_every_window():
 
 def test_long_clips_stay_above_ground_and_short_ones_never_pass_the_clamp(monkeypatch):
     """Looking down while walking for a minute would go through the ground; a 2-s clip is left as composed."""
-    heights = np.concatenate([sample_trajectory(np.random.default_rng(s), 481, 48, 32, 8.0).c2w[:, 2, 3] for s in range(20)])
+    heights = np.concatenate(
+        [sample_trajectory(np.random.default_rng(s), 481, 48, 32, 8.0).c2w[:, 2, 3] for s in range(20)]
+    )
     assert heights.min() >= CAMERA_Z[0] and heights.max() <= CAMERA_Z[1]
     assert heights.min() == CAMERA_Z[0]  # some of these walks did reach the ground: the clamp is what held them
 

@@ -73,7 +73,10 @@ def _write_corpus(root, n: int = 5, frames: int = 12, size=(48, 32), tiers=None)
         clip = Clip(cid, video, c2w, K, f"caption {c}", {"fps": 8.0}, provenance={"owner": "test"})
         folder = write_clip(clip, root)
         if tiers is not None:
-            update_meta(folder, lambda m, t=tiers[c]: m.update(selection={"policy": "p", "version": "1", "tier": t, "reasons": []}))
+            update_meta(
+                folder,
+                lambda m, t=tiers[c]: m.update(selection={"policy": "p", "version": "1", "tier": t, "reasons": []}),
+            )
         ids.append(cid)
     return ids
 
@@ -82,18 +85,39 @@ def test_corpus_windows_and_split(tmp_path) -> None:
     """Corpus mode: tiers and failed clips filtered, stable held-out split, windows aligned with cameras."""
     ids = _write_corpus(tmp_path / "corpus", n=6, tiers=["xhigh", "high", "rejected", "xhigh", "high", "xhigh"])
     failed = tmp_path / "corpus" / ids[5]
-    update_meta(failed, lambda m: m["provenance"].setdefault("stages", {}).update(
-        annotate={"status": "failed", "version": "1", "error": "boom"}))
-    dm = WorldDataModule(num_frames=5, width=32, height=32, batch_size=2, corpus_dir=str(tmp_path / "corpus"),
-                         tiers=["xhigh", "high"], num_val_clips=1, seed=3)
+    update_meta(
+        failed,
+        lambda m: (
+            m["provenance"]
+            .setdefault("stages", {})
+            .update(annotate={"status": "failed", "version": "1", "error": "boom"})
+        ),
+    )
+    dm = WorldDataModule(
+        num_frames=5,
+        width=32,
+        height=32,
+        batch_size=2,
+        corpus_dir=str(tmp_path / "corpus"),
+        tiers=["xhigh", "high"],
+        num_val_clips=1,
+        seed=3,
+    )
     dm.setup("fit")
     assert set(dm.skipped) == {ids[2], ids[5]}
     train_ids = {r.sample_id for r in dm.train_dataset.rows}
     val_ids = {r.sample_id for r in dm.val_dataset.rows}
     assert len(val_ids) == 1 and not (train_ids & val_ids) and train_ids | val_ids == {ids[0], ids[1], ids[3], ids[4]}
     # The split is by stable id: a second datamodule (other seed) holds out the same clip.
-    dm2 = WorldDataModule(num_frames=5, width=32, height=32, corpus_dir=str(tmp_path / "corpus"),
-                          tiers=["xhigh", "high"], num_val_clips=1, seed=99)
+    dm2 = WorldDataModule(
+        num_frames=5,
+        width=32,
+        height=32,
+        corpus_dir=str(tmp_path / "corpus"),
+        tiers=["xhigh", "high"],
+        num_val_clips=1,
+        seed=99,
+    )
     dm2.setup("fit")
     assert {r.sample_id for r in dm2.val_dataset.rows} == val_ids
 
@@ -107,8 +131,10 @@ def test_corpus_windows_and_split(tmp_path) -> None:
     from solarwm.data.contract import read_clip
 
     src = read_clip(tmp_path / "corpus" / item["sample_id"], load_video=False)
-    assert torch.allclose(item["c2w"], torch.as_tensor(src.c2w[start:start + 5], dtype=torch.float32))
-    assert torch.allclose(item["K"], torch.as_tensor(fit_intrinsics(src.K[start:start + 5], 48, 32, 32, 32), dtype=torch.float32))
+    assert torch.allclose(item["c2w"], torch.as_tensor(src.c2w[start : start + 5], dtype=torch.float32))
+    assert torch.allclose(
+        item["K"], torch.as_tensor(fit_intrinsics(src.K[start : start + 5], 48, 32, 32, 32), dtype=torch.float32)
+    )
     # Held-out windows are fixed (the centre); training windows are reproducible per (epoch, occurrence).
     assert torch.equal(dm.val_dataset[0]["video"], dm.val_dataset[0]["video"])
     assert torch.equal(dm.train_dataset[(1, 4)]["c2w"], dm.train_dataset[(1, 4)]["c2w"])
@@ -120,7 +146,9 @@ def test_corpus_windows_and_split(tmp_path) -> None:
 
 def test_window_errors_name_the_row() -> None:
     """A fixed start out of range or a clip shorter than the window is a named error."""
-    ds = ClipWindowDataset([Row("short", num_frames=4), Row("late", num_frames=20, start_frame=18)], num_frames=5, width=8, height=8)
+    ds = ClipWindowDataset(
+        [Row("short", num_frames=4), Row("late", num_frames=20, start_frame=18)], num_frames=5, width=8, height=8
+    )
     with pytest.raises(WindowError, match="short: window"):
         ds[0]
     with pytest.raises(WindowError, match="late: start_frame"):
@@ -186,8 +214,12 @@ def test_an_existing_corpus_must_be_the_synth_specs(tmp_path) -> None:
     dm.prepare_data()  # renders, and records the spec
     dm.prepare_data()  # the same spec: reused as is
     assert len([p for p in corpus.iterdir() if p.is_dir()]) == 2
-    stale = WorldDataModule(corpus_dir=str(corpus), synth=SynthCorpus(clips=2, frames=9, width=32, height=32, seed=3,
-                                                                      motion="pan"), num_frames=9, num_val_clips=1)
+    stale = WorldDataModule(
+        corpus_dir=str(corpus),
+        synth=SynthCorpus(clips=2, frames=9, width=32, height=32, seed=3, motion="pan"),
+        num_frames=9,
+        num_val_clips=1,
+    )
     with pytest.raises(FileExistsError, match="rendered from another synth spec \\(motion: 'slow_pan' -> 'pan'\\)"):
         stale.prepare_data()
     # A corpus it did not render (the user's own, or `solarwm data synth`'s) is used as it is.
@@ -218,8 +250,17 @@ def test_a_test_corpus_of_unseen_worlds_is_the_test_split(tmp_path) -> None:
     """``test_corpus_dir`` (rendered from ``test_synth`` on first use): all its clips, ``test_draws`` times, in order."""
     synth_corpus(tmp_path / "corpus", clips=4, frames=5, width=32, height=32, fps=8.0, seed=6)
     spec = SynthCorpus(clips=3, frames=5, width=32, height=32, seed=9, motion="slow_pan")
-    dm = WorldDataModule(num_frames=5, width=32, height=32, batch_size=2, corpus_dir=str(tmp_path / "corpus"),
-                         num_val_clips=1, test_draws=2, test_corpus_dir=str(tmp_path / "test"), test_synth=spec)
+    dm = WorldDataModule(
+        num_frames=5,
+        width=32,
+        height=32,
+        batch_size=2,
+        corpus_dir=str(tmp_path / "corpus"),
+        num_val_clips=1,
+        test_draws=2,
+        test_corpus_dir=str(tmp_path / "test"),
+        test_synth=spec,
+    )
     dm.prepare_data()
     dm.setup("test")
     tested = [sid for b in dm.test_dataloader() for sid in b["sample_id"]]
@@ -227,8 +268,14 @@ def test_a_test_corpus_of_unseen_worlds_is_the_test_split(tmp_path) -> None:
     assert sorted(tested[:3]) == rendered and tested == tested[:3] * 2
     assert len(dm.val_dataset.rows) == 1 and not set(tested) & {r.sample_id for r in dm.train_dataset.rows}
     # Another spec than the one the test corpus was rendered from is refused, as for the training corpus.
-    other = WorldDataModule(num_frames=5, width=32, height=32, corpus_dir=str(tmp_path / "corpus"),
-                            test_corpus_dir=str(tmp_path / "test"), test_synth=SynthCorpus(clips=3, seed=10))
+    other = WorldDataModule(
+        num_frames=5,
+        width=32,
+        height=32,
+        corpus_dir=str(tmp_path / "corpus"),
+        test_corpus_dir=str(tmp_path / "test"),
+        test_synth=SynthCorpus(clips=3, seed=10),
+    )
     with pytest.raises(FileExistsError, match="seed: 9 -> 10"):
         other.prepare_data()
     with pytest.raises(ValueError, match="test_synth needs test_corpus_dir"):
@@ -238,8 +285,15 @@ def test_a_test_corpus_of_unseen_worlds_is_the_test_split(tmp_path) -> None:
 def test_test_draws_repeat_the_held_out_clips_in_order(tmp_path) -> None:
     """``test_draws`` passes the held-out windows that many times, in the same order; validation once."""
     _write_corpus(tmp_path / "corpus", n=6, tiers=["xhigh"] * 6)
-    dm = WorldDataModule(num_frames=5, width=32, height=32, batch_size=2, corpus_dir=str(tmp_path / "corpus"),
-                         num_val_clips=3, test_draws=3)
+    dm = WorldDataModule(
+        num_frames=5,
+        width=32,
+        height=32,
+        batch_size=2,
+        corpus_dir=str(tmp_path / "corpus"),
+        num_val_clips=3,
+        test_draws=3,
+    )
     dm.setup("test")
     once = [sid for b in dm.val_dataloader() for sid in b["sample_id"]]
     drawn = [sid for b in dm.test_dataloader() for sid in b["sample_id"]]

@@ -33,29 +33,71 @@ def recipe(tmp_path_factory) -> Path:
     corpus = root / "corpus"
     synth_corpus(corpus, clips=4, frames=17, width=48, height=32, fps=8.0, seed=11)
     for folder in iter_clip_dirs(corpus):  # selection without the metric stages: every clip kept
-        update_meta(folder, lambda doc: doc.update(selection={"policy": "test", "version": "1", "tier": "high", "reasons": []}))
+        update_meta(
+            folder, lambda doc: doc.update(selection={"policy": "test", "version": "1", "tier": "high", "reasons": []})
+        )
     assert main(["data", "pack", "--corpus", str(corpus), "--out", str(root / "release")]) == 0
-    spec = {"name": "tiny_9f", "owners": ["synthetic"], "tiers": ["kept-high"], "repeat": {"synthetic": 2},
-            "window": {"frames": 9, "mode": "evenly_spread", "count": 2}, "test_view": {"per_owner": 1}}
+    spec = {
+        "name": "tiny_9f",
+        "owners": ["synthetic"],
+        "tiers": ["kept-high"],
+        "repeat": {"synthetic": 2},
+        "window": {"frames": 9, "mode": "evenly_spread", "count": 2},
+        "test_view": {"per_owner": 1},
+    }
     (root / "spec.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["data", "recipe", "--release", str(root / "release"), "--spec", str(root / "spec.yaml"),
-                 "--out", str(root / "recipe")]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "recipe",
+                "--release",
+                str(root / "release"),
+                "--spec",
+                str(root / "spec.yaml"),
+                "--out",
+                str(root / "recipe"),
+            ]
+        )
+        == 0
+    )
     return root
 
 
 @pytest.fixture(scope="module")
 def view(recipe: Path) -> Path:
     out = recipe / "latent-view"
-    assert main(["data", "latents", "--index", str(recipe / "recipe/train-index.jsonl.gz"), "--root",
-                 str(recipe / "release"), "--out", str(out), "--shard-max-samples", "4", *VIEW_ARGS]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "latents",
+                "--index",
+                str(recipe / "recipe/train-index.jsonl.gz"),
+                "--root",
+                str(recipe / "release"),
+                "--out",
+                str(out),
+                "--shard-max-samples",
+                "4",
+                *VIEW_ARGS,
+            ]
+        )
+        == 0
+    )
     return out
 
 
 def _datamodules(recipe: Path, view: Path):
     from solarwm.datamodules import WorldDataModule
 
-    raw = WorldDataModule(**GEOMETRY, batch_size=2, shuffle=False, train_index=str(recipe / "recipe/train-index.jsonl.gz"),
-                          release_root=str(recipe / "release"))
+    raw = WorldDataModule(
+        **GEOMETRY,
+        batch_size=2,
+        shuffle=False,
+        train_index=str(recipe / "recipe/train-index.jsonl.gz"),
+        release_root=str(recipe / "release"),
+    )
     cached = WorldDataModule(**GEOMETRY, batch_size=2, shuffle=False, latent_view=str(view))
     return raw, cached
 
@@ -104,8 +146,15 @@ def test_tiny_route_trains_from_the_view(recipe: Path, view: Path) -> None:
     module = BidirectionalModule(Wan22TI2V5BAdapter(preset="tiny"), timestep_sampling="uniform")
     module.adapter.encode = None  # the view path must never encode video
     before = [p.detach().clone() for p in module.adapter.trainable_parameters()]
-    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, limit_val_batches=0, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, datamodule=cached)
     assert trainer.global_step == 2
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
@@ -120,10 +169,20 @@ def test_view_of_another_codec_or_route_is_refused(recipe: Path, view: Path) -> 
     meta = json.loads((view / "view.json").read_text())
     other_codec = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig(prediction="x0", codec="wan_vae", vae_config="tiny"))
     _, cached = _datamodules(recipe, view)
-    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, limit_val_batches=0, num_sanity_val_steps=0)
-    with pytest.raises(LatentViewError, match=rf"route 'wan22_ti2v_5b' codec {meta['codec_hash']}; this model is "
-                                               rf"route 'wan22_ti2v_5b' codec (?!{meta['codec_hash']})"):
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
+    with pytest.raises(
+        LatentViewError,
+        match=rf"route 'wan22_ti2v_5b' codec {meta['codec_hash']}; this model is "
+        rf"route 'wan22_ti2v_5b' codec (?!{meta['codec_hash']})",
+    ):
         trainer.fit(BidirectionalModule(other_codec), datamodule=cached)
     # the stage refuses too, for a batch used without the datamodule's check
     _, cached = _datamodules(recipe, view)
@@ -139,8 +198,17 @@ def test_view_of_another_codec_or_route_is_refused(recipe: Path, view: Path) -> 
 
 
 def test_killed_build_resumes_byte_identical(recipe: Path, view: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    args = ["data", "latents", "--index", str(recipe / "recipe/train-index.jsonl.gz"), "--root", str(recipe / "release"),
-            "--shard-max-samples", "4", *VIEW_ARGS]
+    args = [
+        "data",
+        "latents",
+        "--index",
+        str(recipe / "recipe/train-index.jsonl.gz"),
+        "--root",
+        str(recipe / "release"),
+        "--shard-max-samples",
+        "4",
+        *VIEW_ARGS,
+    ]
     out = tmp_path / "resumed"
     original = view_module._encode_sample
     calls = {"n": 0}

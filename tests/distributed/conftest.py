@@ -12,5 +12,8 @@ import pytest
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a test in this folder that forgot its ``multiprocess`` mark (CI selects them by it)."""
     for item in items:
-        if "tests/distributed/" in str(item.fspath).replace("\\", "/") and item.get_closest_marker("multiprocess") is None:
+        if (
+            "tests/distributed/" in str(item.fspath).replace("\\", "/")
+            and item.get_closest_marker("multiprocess") is None
+        ):
             raise pytest.UsageError(f"{item.nodeid}: tests in tests/distributed must be marked multiprocess")

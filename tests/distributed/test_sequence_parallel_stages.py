@@ -31,7 +31,9 @@ def corpus(render_corpus) -> Path:
     return render_corpus(clips=5, frames=9, width=48, height=32, fps=8.0, seed=0)
 
 
-def _fit_both(tmp_path: Path, corpus: Path, recipe: str, steps: int = STEPS, model: dict | None = None) -> tuple[Path, Path]:
+def _fit_both(
+    tmp_path: Path, corpus: Path, recipe: str, steps: int = STEPS, model: dict | None = None
+) -> tuple[Path, Path]:
     """The recipe on 1 process (in this process) and with sequence_parallel_size 2 on 2 processes (the CLI)."""
     one, two = tmp_path / "one", tmp_path / "two"
     overlay = fit_overlay(one, corpus, 1, GLOBAL_BATCH, steps, model=model, data=DATA)

@@ -41,14 +41,32 @@ def _overlay(root: Path, corpus: Path, devices: int, model: dict | None = None, 
     doc = {
         "root": str(root),  # every output the recipe derives from its root lands here
         "trainer": {
-            "devices": devices, "strategy": strategy if devices > 1 else "auto", "max_steps": steps,
-            "val_check_interval": None, "limit_val_batches": 0, "log_every_n_steps": 1, "enable_progress_bar": False,
-            "enable_checkpointing": False, "enable_model_summary": False, "default_root_dir": str(root), "callbacks": [],
-            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(root), "name": "csv"}},
+            "devices": devices,
+            "strategy": strategy if devices > 1 else "auto",
+            "max_steps": steps,
+            "val_check_interval": None,
+            "limit_val_batches": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_checkpointing": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(root),
+            "callbacks": [],
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(root), "name": "csv"},
+            },
         },
         "model": {"init_args": dict(model or {})},
-        "data": {"init_args": {"corpus_dir": str(corpus), "num_val_clips": 1, "num_frames": 5,
-                               "batch_size": GLOBAL_BATCH // devices, "num_workers": 0}},
+        "data": {
+            "init_args": {
+                "corpus_dir": str(corpus),
+                "num_val_clips": 1,
+                "num_frames": 5,
+                "batch_size": GLOBAL_BATCH // devices,
+                "num_workers": 0,
+            }
+        },
     }
     root.mkdir(parents=True, exist_ok=True)
     path = root / "overlay.yaml"
@@ -71,9 +89,18 @@ def _fit_both(tmp_path: Path, corpus: Path, recipe: str, key: str, **overlay) ->
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
-        [*solarwm_argv(), "fit", "--config", str(RECIPES / recipe),
-         "--config", str(_overlay(two, corpus, 2, **overlay))],
-        capture_output=True, text=True, timeout=600, env=env,
+        [
+            *solarwm_argv(),
+            "fit",
+            "--config",
+            str(RECIPES / recipe),
+            "--config",
+            str(_overlay(two, corpus, 2, **overlay)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "Starting with 2 processes" in result.stderr + result.stdout
@@ -117,9 +144,14 @@ def test_stage3_dmd_ddp_equals_one_process(tmp_path, corpus) -> None:
     ``ddp_find_unused_parameters_true``, as the DMD recipes set.
     """
     # 4 outer steps = 5 optimizer steps (the student updates once, at outer step 2).
-    overlay = dict(model={"init_from": None, "student_update_every": 2}, strategy="ddp_find_unused_parameters_true", steps=5)
+    overlay = dict(
+        model={"init_from": None, "student_update_every": 2}, strategy="ddp_find_unused_parameters_true", steps=5
+    )
     single, ddp = _fit_both(tmp_path, corpus, "tiny_dmd.yaml", "train/critic_loss", **overlay)
     _assert_same(single, ddp, range(STEPS))
-    student_single, student_ddp = _losses(tmp_path / "one", "train/student_loss"), _losses(tmp_path / "two", "train/student_loss")
+    student_single, student_ddp = (
+        _losses(tmp_path / "one", "train/student_loss"),
+        _losses(tmp_path / "two", "train/student_loss"),
+    )
     assert student_single  # the student did update
     _assert_same(student_single, student_ddp, range(0))

@@ -57,11 +57,17 @@ def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
     }
     path = tmp_path / "fsdp.yaml"
     path.write_text(yaml.safe_dump(overlay))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "support"), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "support"), os.environ.get("PYTHONPATH", "")]),
+    )
     env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
         [*solarwm_argv(), "fit", "--config", str(RECIPES / "tiny_bid.yaml"), "--config", str(path)],
-        capture_output=True, text=True, timeout=600, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "Starting with 2 processes" in result.stderr + result.stdout
@@ -92,4 +98,6 @@ def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
     for name in after[0]:
         assert torch.equal(after[0][name], after[1][name]), name  # the ranks agree on the gathered weights
         assert torch.equal(before[0][name], before[1][name]), name
-    assert sum(not torch.equal(before[0][n], after[0][n]) for n in after[0]) >= len(after[0]) // 2  # the step moved them
+    assert (
+        sum(not torch.equal(before[0][n], after[0][n]) for n in after[0]) >= len(after[0]) // 2
+    )  # the step moved them

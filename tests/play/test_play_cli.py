@@ -36,5 +36,7 @@ def test_the_page_and_the_default_frame_are_package_data():
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert {"solarwm.play", "solarwm.envs"} <= set(tool["packages"])
     patterns = tool["package-data"]["solarwm.play"]
-    shipped = {str(p.relative_to(ROOT / "solarwm/play")) for pattern in patterns for p in (ROOT / "solarwm/play").glob(pattern)}
+    shipped = {
+        str(p.relative_to(ROOT / "solarwm/play")) for pattern in patterns for p in (ROOT / "solarwm/play").glob(pattern)
+    }
     assert {"static/index.html", "default_first_frame.png"} <= shipped

@@ -90,7 +90,9 @@ def test_frames_then_a_block_message_and_the_camera_follows_the_move(server):
 
     frames, texts = asyncio.run(run())
     blocks = [t for t in texts if t["type"] == "block"]
-    assert [b["index"] for b in blocks[:2]] == [0, 1] and [b["frames"] for b in blocks] == [9] + [12] * (len(blocks) - 1)
+    assert [b["index"] for b in blocks[:2]] == [0, 1] and [b["frames"] for b in blocks] == [9] + [12] * (
+        len(blocks) - 1
+    )
     assert len(frames) == 9 + 12 * (len(blocks) - 1)
     image = decode_jpeg(frames[0])
     assert image.shape == (32, 32, 3) and image.dtype == np.uint8
@@ -107,16 +109,19 @@ def test_frames_then_a_block_message_and_the_camera_follows_the_move(server):
     assert step[2, 3] > 0 and step[0, 3] > 0 and abs(step[1, 3]) < 1e-12
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("not json", "not JSON"),
-    ('{"type": "fly"}', "unknown message type"),
-    ('{"type": "move", "velocity": [1, 2], "angular": [0, 0, 0]}', "3 numbers"),
-    ('{"type": "move", "velocity": [NaN, 0, 0], "angular": [0, 0, 0]}', "finite"),
-    ('{"type": "move", "velocity": [0, 0, 9], "angular": [0, 0, 0]}', "above the maximum"),
-    ('{"type": "move", "velocity": [0, 0, 0], "angular": [0, 500, 0]}', "above the maximum"),
-    ('[1, 2, 3]', "JSON object"),
-    (b"\x00\x01", "binary"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("not json", "not JSON"),
+        ('{"type": "fly"}', "unknown message type"),
+        ('{"type": "move", "velocity": [1, 2], "angular": [0, 0, 0]}', "3 numbers"),
+        ('{"type": "move", "velocity": [NaN, 0, 0], "angular": [0, 0, 0]}', "finite"),
+        ('{"type": "move", "velocity": [0, 0, 9], "angular": [0, 0, 0]}', "above the maximum"),
+        ('{"type": "move", "velocity": [0, 0, 0], "angular": [0, 500, 0]}', "above the maximum"),
+        ("[1, 2, 3]", "JSON object"),
+        (b"\x00\x01", "binary"),
+    ],
+)
 def test_a_malformed_message_gets_an_error_and_the_world_goes_on(server, bad, match):
     async def run():
         ws = await open_world(server.port, TIMEOUT)

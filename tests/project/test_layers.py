@@ -124,7 +124,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_every_unit_has_a_layer():
     units = {unit_of(m) for m in MODULES} - {""}
-    assert not units - set(RANK), f"give these units a layer in tests/project/test_layers.py LAYERS: {sorted(units - set(RANK))}"
+    assert not units - set(RANK), (
+        f"give these units a layer in tests/project/test_layers.py LAYERS: {sorted(units - set(RANK))}"
+    )
 
 
 def test_every_layer_names_a_unit_that_exists():
@@ -143,9 +145,13 @@ def test_no_import_cycle_inside_a_unit(unit):
 def test_no_private_name_is_imported_from_another_module(name):
     """A leading underscore means "this module's own": another module that needs it needs a public name."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-    bad = [f"{MODULES[name].relative_to(ROOT)}:{node.lineno} imports {a.name} from {node.module}"
-           for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("solarwm")
-           for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    bad = [
+        f"{MODULES[name].relative_to(ROOT)}:{node.lineno} imports {a.name} from {node.module}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("solarwm")
+        for a in node.names
+        if a.name.startswith("_") and not a.name.startswith("__")
+    ]
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)
 
 
@@ -170,8 +176,10 @@ def test_no_upward_or_sideways_import(name):
         if unit in ("", source):
             continue
         if unit not in RANK or RANK[unit] >= RANK[source]:
-            bad.append(f"{MODULES[name].relative_to(ROOT)}:{line} imports {target} "
-                       f"({source!r}, layer {RANK[source]} -> {unit!r}, layer {RANK.get(unit, '?')})")
+            bad.append(
+                f"{MODULES[name].relative_to(ROOT)}:{line} imports {target} "
+                f"({source!r}, layer {RANK[source]} -> {unit!r}, layer {RANK.get(unit, '?')})"
+            )
     assert not bad, "imports against the layer order:\n" + "\n".join(bad)
 
 

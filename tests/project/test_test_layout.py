@@ -27,7 +27,9 @@ def test_every_lane_has_a_conftest() -> None:
 
 def test_no_two_test_files_share_a_name() -> None:
     names = Counter(p.name for p in TESTS.rglob("test_*.py"))
-    assert not [n for n, k in names.items() if k > 1], f"test files with the same name: {[n for n, k in names.items() if k > 1]}"
+    assert not [n for n, k in names.items() if k > 1], (
+        f"test files with the same name: {[n for n, k in names.items() if k > 1]}"
+    )
 
 
 def test_the_readme_lists_every_lane() -> None:

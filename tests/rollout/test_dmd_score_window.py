@@ -31,8 +31,11 @@ def test_slice_has_the_window_length_a_clean_re_anchor_and_its_own_cameras(batch
     module = make_module(score_window=5)
     gen = module.generator
     x = torch.randn(1, gen.latent_channels, 7, 8, 8)
-    cond = {"c2w": torch.arange(7.0).view(1, 7, 1, 1).expand(1, 7, 4, 4), "K": torch.arange(7.0).view(1, 7, 1).expand(1, 7, 4),
-            "text_embeds": torch.zeros(1, 2, 3)}
+    cond = {
+        "c2w": torch.arange(7.0).view(1, 7, 1, 1).expand(1, 7, 4, 4),
+        "K": torch.arange(7.0).view(1, 7, 1).expand(1, 7, 4),
+        "text_embeds": torch.zeros(1, 2, 3),
+    }
     starts = set()
     for seed in range(20):
         piece, sliced = module.score_slice(x, cond, torch.Generator().manual_seed(seed))

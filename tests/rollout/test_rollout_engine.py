@@ -15,14 +15,16 @@ from solarwm.rollout.engine import Rollout, few_step_sigmas
 
 def test_few_step_grid_matches_the_reference():
     """Wan2.2-5B (shift 5, 4 steps): sigma = 1, .9375, .8333, .625, then 0."""
-    torch.testing.assert_close(few_step_sigmas(4, 5.0), torch.tensor([1.0, 0.9375, 0.833333, 0.625, 0.0]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        few_step_sigmas(4, 5.0), torch.tensor([1.0, 0.9375, 0.833333, 0.625, 0.0]), atol=1e-5, rtol=0
+    )
 
 
 def test_patchify_stream_decode_equals_whole_clip_decode():
     codec = PatchifyCodec(spatial=2)
     latents = torch.randn(1, codec.latent_channels, 7, 4, 4)
     decode = codec.stream_decoder()
-    streamed = torch.cat([decode(latents[:, :, s:s + 3]) for s in range(0, 7, 3)], 2)
+    streamed = torch.cat([decode(latents[:, :, s : s + 3]) for s in range(0, 7, 3)], 2)
     assert torch.equal(streamed, codec.decode(latents))
 
 
@@ -36,14 +38,15 @@ def test_wan_vae_stream_decode_keeps_one_causal_cache():
     with torch.no_grad():
         whole = codec.decode(latents)
         decode = codec.stream_decoder()
-        streamed = torch.cat([decode(latents[:, :, s:s + 2]) for s in range(0, 5, 2)], 2)
+        streamed = torch.cat([decode(latents[:, :, s : s + 2]) for s in range(0, 5, 2)], 2)
     assert streamed.shape == whole.shape == (1, 3, 17, 32, 32)
     torch.testing.assert_close(streamed, whole, atol=1e-5, rtol=1e-5)
 
 
 def _conditions(rollout: Rollout, frames: int) -> dict:
-    c2w = torch.stack([torch.as_tensor(look_at((0.2 * i, 0.0, 1.5), (0.2 * i + 3.0, math.sin(i / 5), 1.4)))
-                       for i in range(frames)])[None]
+    c2w = torch.stack(
+        [torch.as_tensor(look_at((0.2 * i, 0.0, 1.5), (0.2 * i + 3.0, math.sin(i / 5), 1.4))) for i in range(frames)]
+    )[None]
     K = torch.tensor([28.0, 28.0, 16.0, 16.0]).expand(1, frames, 4).clone()
     first = torch.linspace(-1, 1, 3 * 32 * 32).view(1, 3, 32, 32)
     return rollout.conditions(first, c2w, K, ["a hallway"])

@@ -124,8 +124,12 @@ def test_an_i2v_session_equals_the_whole_horizon_rollout_and_forks_its_vae_strea
     image = _image(world["png"])
     first = torch.from_numpy(image.copy()).permute(2, 0, 1)[None].float() / 127.5 - 1.0
     rollout = Rollout(adapter, num_steps=2)
-    cond = rollout.conditions(first, torch.as_tensor(traj.c2w)[None], torch.as_tensor(traj.K, dtype=torch.float32)[None], ["x"])
-    whole = np.concatenate([to_uint8_frames(v[0]) for v in rollout.video_blocks(cond, torch.Generator().manual_seed(7))])
+    cond = rollout.conditions(
+        first, torch.as_tensor(traj.c2w)[None], torch.as_tensor(traj.K, dtype=torch.float32)[None], ["x"]
+    )
+    whole = np.concatenate(
+        [to_uint8_frames(v[0]) for v in rollout.video_blocks(cond, torch.Generator().manual_seed(7))]
+    )
     session = RolloutSession(adapter, image, "x", traj.K[0], 16.0, seed=7, num_steps=2)
     a = session.step(traj.c2w[:9], traj.K[:9])
     branch = session.fork()

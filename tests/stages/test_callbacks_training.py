@@ -22,13 +22,28 @@ def fitted(tmp_path_factory):
     root = tmp_path_factory.mktemp("fit")
     synth_corpus(root / "corpus", clips=3, frames=9, width=48, height=32, fps=8.0, seed=1)
     pl.seed_everything(0)
-    dm = WorldDataModule(num_frames=5, width=32, height=32, batch_size=1, corpus_dir=str(root / "corpus"), num_val_clips=1)
+    dm = WorldDataModule(
+        num_frames=5, width=32, height=32, batch_size=1, corpus_dir=str(root / "corpus"), num_val_clips=1
+    )
     module = BidirectionalModule(Wan22TI2V5BAdapter(preset="tiny"), sample_steps=2)
-    ema, video, export = EMA(decay=0.5), EvalVideoLogger(every_n_steps=2, num_samples=1, num_steps=2, fps=4.0), AdapterExport(str(root / "adapter"))
+    ema, video, export = (
+        EMA(decay=0.5),
+        EvalVideoLogger(every_n_steps=2, num_samples=1, num_steps=2, fps=4.0),
+        AdapterExport(str(root / "adapter")),
+    )
     trainer = pl.Trainer(
-        accelerator="cpu", max_steps=4, limit_val_batches=1, num_sanity_val_steps=0, val_check_interval=2,
-        check_val_every_n_epoch=None, logger=TensorBoardLogger(str(root), name="tb"), callbacks=[ema, video, export],
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, default_root_dir=str(root),
+        accelerator="cpu",
+        max_steps=4,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        logger=TensorBoardLogger(str(root), name="tb"),
+        callbacks=[ema, video, export],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=str(root),
     )
     trainer.fit(module, datamodule=dm)
     return trainer, module, (ema, video, export), dm

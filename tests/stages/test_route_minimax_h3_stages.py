@@ -28,7 +28,9 @@ def test_three_stages_fit_and_export(tmp_path):
     bid = _h3(_tiny_recipe(tmp_path / "bid"))
     assert main(["fit", "--config", str(bid)]) == 0
     corpus = tmp_path / "bid" / "corpus"
-    tf = _h3(_tiny_recipe(tmp_path / "tf", recipe="tiny_tf.yaml", corpus=corpus), init_from=str(tmp_path / "bid" / "adapter"))
+    tf = _h3(
+        _tiny_recipe(tmp_path / "tf", recipe="tiny_tf.yaml", corpus=corpus), init_from=str(tmp_path / "bid" / "adapter")
+    )
     assert main(["fit", "--config", str(tf)]) == 0
     dmd = _h3(
         _tiny_recipe(tmp_path / "dmd", recipe="tiny_dmd.yaml", corpus=corpus),

@@ -20,21 +20,36 @@ from solarwm.stages.dmd import DMDModule
 def make_module(**kwargs) -> DMDModule:
     torch.manual_seed(0)
     adapter = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny())
-    return DMDModule(adapter=adapter, student_update_every=2, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)),
-                     critic_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)), **kwargs)
+    return DMDModule(
+        adapter=adapter,
+        student_update_every=2,
+        optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)),
+        critic_optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, betas=(0.0, 0.999)),
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("dmd") / "corpus"
-    dm = WorldDataModule(corpus_dir=str(root), synth=SynthCorpus(clips=2, frames=9, width=32, height=32, fps=8.0),
-                         num_frames=9, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False)
+    dm = WorldDataModule(
+        corpus_dir=str(root),
+        synth=SynthCorpus(clips=2, frames=9, width=32, height=32, fps=8.0),
+        num_frames=9,
+        width=32,
+        height=32,
+        num_val_clips=1,
+        batch_size=1,
+        shuffle=False,
+    )
     dm.prepare_data()
     return str(root)
 
 
 def datamodule(corpus: str) -> WorldDataModule:
-    return WorldDataModule(corpus_dir=corpus, num_frames=9, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False)
+    return WorldDataModule(
+        corpus_dir=corpus, num_frames=9, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False
+    )
 
 
 def one_batch(corpus: str) -> dict:
@@ -50,8 +65,10 @@ def test_roles_share_frozen_parts_and_only_the_intended_weights_get_gradients(co
     batch = one_batch(corpus)
 
     def touched() -> dict[str, bool]:
-        return {role: any(p.grad is not None and p.grad.abs().sum() > 0 for p in getattr(module, role).parameters())
-                for role in ("generator", "real_score", "fake_score")}
+        return {
+            role: any(p.grad is not None and p.grad.abs().sum() > 0 for p in getattr(module, role).parameters())
+            for role in ("generator", "real_score", "fake_score")
+        }
 
     module.student_loss(batch, torch.Generator().manual_seed(0)).backward()
     assert touched() == {"generator": True, "real_score": False, "fake_score": False}
@@ -76,8 +93,10 @@ def test_dmd_gradient_is_normalised_and_the_surrogate_carries_it():
 def test_score_shift_sets_the_score_sigmas():
     u = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(3)).double() / 1000.0
     routed, uniform = make_module(), make_module(score_shift=1.0)
-    torch.testing.assert_close(routed.score_sigmas(64, torch.Generator().manual_seed(3)),
-                               shift_sigmas(u, routed.generator.shift).clamp(0.02, 0.98).float())
+    torch.testing.assert_close(
+        routed.score_sigmas(64, torch.Generator().manual_seed(3)),
+        shift_sigmas(u, routed.generator.shift).clamp(0.02, 0.98).float(),
+    )
     torch.testing.assert_close(uniform.score_sigmas(64, torch.Generator().manual_seed(3)), u.clamp(0.02, 0.98).float())
     assert routed.generator.shift != 1.0  # so the two draws differ
     with pytest.raises(ValueError, match="score_shift"):
@@ -94,14 +113,25 @@ class LossLog(pl.Callback):
         self.losses.append((int(pl_module.outer_step), float(m["train/critic_loss"]), student))
 
 
-def fit(module: DMDModule, corpus: str, root: Path, max_steps: int, ckpt_path: str | None = None, every: int | None = None):
+def fit(
+    module: DMDModule, corpus: str, root: Path, max_steps: int, ckpt_path: str | None = None, every: int | None = None
+):
     log = LossLog()
     callbacks = [log, EMA(decay=0.5, start_step=1)]
     if every:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=root, every_n_train_steps=every, save_top_k=-1))
-    trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=callbacks,
-                         default_root_dir=root, deterministic=True)
+    trainer = pl.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=callbacks,
+        default_root_dir=root,
+        deterministic=True,
+    )
     trainer.fit(module, datamodule=datamodule(corpus), ckpt_path=ckpt_path)
     return log.losses, trainer
 
@@ -128,7 +158,9 @@ def test_training_keeps_the_teacher_and_resume_continues_exactly(corpus, tmp_pat
     assert [s for s, _, _ in resumed] == [s for s, _, _ in full]
     for (_, c_full, s_full), (_, c_res, s_res) in zip(full, resumed):
         assert c_res == pytest.approx(c_full, rel=1e-5, abs=1e-7)
-        assert (s_full is None) == (s_res is None) and (s_full is None or s_res == pytest.approx(s_full, rel=1e-5, abs=1e-7))
+        assert (s_full is None) == (s_res is None) and (
+            s_full is None or s_res == pytest.approx(s_full, rel=1e-5, abs=1e-7)
+        )
 
 
 def test_periodic_checkpoints_and_eval_videos_fire_when_the_step_count_jumps_over_the_multiple(corpus, tmp_path):
@@ -148,13 +180,23 @@ def test_periodic_checkpoints_and_eval_videos_fire_when_the_step_count_jumps_ove
             steps.append(trainer.global_step)
 
     videos = EvalVideoLogger(every_n_steps=3, num_steps=1)
-    callbacks = [Steps(), videos,
-                 pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "lightning", every_n_train_steps=3, save_top_k=-1),
-                 StepCheckpoint(dirpath=tmp_path / "step", every_n_train_steps=3, save_top_k=-1,
-                                filename="{step}")]
-    trainer = pl.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=callbacks,
-                         default_root_dir=tmp_path)
+    callbacks = [
+        Steps(),
+        videos,
+        pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "lightning", every_n_train_steps=3, save_top_k=-1),
+        StepCheckpoint(dirpath=tmp_path / "step", every_n_train_steps=3, save_top_k=-1, filename="{step}"),
+    ]
+    trainer = pl.Trainer(
+        max_steps=8,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=callbacks,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(make_module(), datamodule=datamodule(corpus))
     assert steps == [1, 2, 4, 5, 7, 8]
     assert not list((tmp_path / "lightning").glob("*.ckpt"))
@@ -205,8 +247,8 @@ def test_regression_weight_adds_the_mse_of_the_generated_frames_to_the_clip(corp
     rng = lambda: torch.Generator().manual_seed(3)  # noqa: E731 - the same rollout for both
     exit_step, streams = plain.draws(batch, rng())
     output, _, x0 = plain.rollout_and_replay(batch, exit_step, streams, grad=False)
-    gen = output[:, :, plain.generator.clean_latent_frames:]
-    expected = 0.5 * ((gen - x0[:, :, plain.generator.clean_latent_frames:]) ** 2).mean()
+    gen = output[:, :, plain.generator.clean_latent_frames :]
+    expected = 0.5 * ((gen - x0[:, :, plain.generator.clean_latent_frames :]) ** 2).mean()
     assert expected > 0
     loss = with_reg.student_loss(batch, rng())
     assert torch.allclose(loss - plain.student_loss(batch, rng()), expected, rtol=1e-4)

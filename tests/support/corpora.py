@@ -30,8 +30,12 @@ def make_corpus(root: Path, clips=DEFAULT_CLIPS, size: int = 16, seed: int = 0) 
         t = np.arange(n, dtype=np.float64)
         yy, xx = np.mgrid[0:size, 0:size]
         base = rng.integers(0, 200)
-        frames = np.stack([np.stack([(xx * 8 + 4 * i + base) % 256, (yy * 8 + base) % 256, np.full_like(xx, 40 * (i % 5))], -1)
-                           for i in range(n)]).astype(np.uint8)
+        frames = np.stack(
+            [
+                np.stack([(xx * 8 + 4 * i + base) % 256, (yy * 8 + base) % 256, np.full_like(xx, 40 * (i % 5))], -1)
+                for i in range(n)
+            ]
+        ).astype(np.uint8)
         c2w = np.tile(np.eye(4), (n, 1, 1))
         c2w[:, 0, 3] = 0.1 * t + rng.normal()
         K = np.tile([20.0 + rng.random(), 20.0, size / 2, size / 2], (n, 1))
@@ -43,12 +47,25 @@ def make_corpus(root: Path, clips=DEFAULT_CLIPS, size: int = 16, seed: int = 0) 
             reasons = ["metrics.vmaf >= 0.5"] if result == "rejected" else []
             selection = {"policy": "solarwm-v1", "version": "1.0.0", "tier": result, "reasons": reasons}
         clip = Clip(
-            clip_id=clip_id, frames=frames, c2w=c2w, K=K, caption=f"a test world {clip_id}",
+            clip_id=clip_id,
+            frames=frames,
+            c2w=c2w,
+            K=K,
+            caption=f"a test world {clip_id}",
             meta={"fps": 8.0},
-            metrics={"metrics.vmaf": float(rng.uniform(0, 10)), "metrics.saturation": float(rng.uniform(0, 200)),
-                     "camera.finite": True},
-            provenance={"owner": owner, "original_id": clip_id, "frame_interval": [0, n], "conversions": [],
-                        "versions": {}, "stages": stages},
+            metrics={
+                "metrics.vmaf": float(rng.uniform(0, 10)),
+                "metrics.saturation": float(rng.uniform(0, 200)),
+                "camera.finite": True,
+            },
+            provenance={
+                "owner": owner,
+                "original_id": clip_id,
+                "frame_interval": [0, n],
+                "conversions": [],
+                "versions": {},
+                "stages": stages,
+            },
             selection=selection,
         )
         write_clip(clip, corpus)

@@ -44,16 +44,34 @@ def fit_overlay(root: Path, corpus: Path, devices: int, batch_size: int, steps: 
     doc = {
         "root": str(root),
         "trainer": {
-            "accelerator": "cpu", "devices": devices, "strategy": strategy, "max_steps": steps,
-            "val_check_interval": None, "limit_val_batches": 0, "log_every_n_steps": 1, "enable_progress_bar": False,
-            "enable_checkpointing": False, "enable_model_summary": False, "default_root_dir": str(root),
+            "accelerator": "cpu",
+            "devices": devices,
+            "strategy": strategy,
+            "max_steps": steps,
+            "val_check_interval": None,
+            "limit_val_batches": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_checkpointing": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(root),
             "callbacks": [],
-            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(root), "name": "csv"}},
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(root), "name": "csv"},
+            },
             **(trainer or {}),
         },
         "model": {"init_args": dict(model or {})},
-        "data": {"init_args": {"corpus_dir": str(corpus), "num_val_clips": 1, "batch_size": batch_size,
-                               "num_workers": 0, **(data or {})}},
+        "data": {
+            "init_args": {
+                "corpus_dir": str(corpus),
+                "num_val_clips": 1,
+                "batch_size": batch_size,
+                "num_workers": 0,
+                **(data or {}),
+            }
+        },
     }
     root.mkdir(parents=True, exist_ok=True)
     path = root / "overlay.yaml"
@@ -63,11 +81,16 @@ def fit_overlay(root: Path, corpus: Path, devices: int, batch_size: int, steps: 
 
 def fit(recipe: str, overlay: Path, *extra: str) -> subprocess.CompletedProcess:
     """``solarwm fit --config <recipe> --config <overlay> [extra]`` in a subprocess (its ranks: its children)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])
+    )
     env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
         [*solarwm_argv(), "fit", "--config", str(RECIPES / recipe), "--config", str(overlay), *extra],
-        capture_output=True, text=True, timeout=900, env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
     )
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-6000:])
     return result

@@ -180,15 +180,26 @@ def write_abot(root: Path, sample_id: str, world: World, norm: float, actions: i
     q, t = rotation_to_quat(w2c[:, :3, :3], "wxyz"), w2c[:, :3, 3] / norm
     lines = ["# Image list with two lines of data per image:", "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME"]
     for i in range(world.n):
-        lines += [" ".join([str(i + 1), *(f"{v:.17g}" for v in q[i]), *(f"{v:.17g}" for v in t[i]), "1",
-                            f"frame_{i + 1:06d}.png"]), ""]
+        lines += [
+            " ".join(
+                [str(i + 1), *(f"{v:.17g}" for v in q[i]), *(f"{v:.17g}" for v in t[i]), "1", f"frame_{i + 1:06d}.png"]
+            ),
+            "",
+        ]
     fx, fy, cx, cy = (float(v) for v in world.K[0] * camera_scale)
     cameras = f"# Camera list\n1 PINHOLE {WIDTH * camera_scale} {HEIGHT * camera_scale} {fx!r} {fy!r} {cx!r} {cy!r}\n"
     names = ("W", "A", "S", "D", "Q", "E", "I", "J", "K", "L", "Space")
     action = {"frames": [{"keys": {k: bool(v) for k, v in zip(names, row)}} for row in keys], "control_scheme": "wasd"}
-    write_tar(ep / "annotations.tar", {"sparse/0/cameras.txt": cameras.encode(), "sparse/0/images.txt": "\n".join(lines).encode(),
-                                       "sparse/0/points3D.txt": b"", "action.json": dumps(action),
-                                       "caption.json": dumps({"scene_static": "ignored"})})
+    write_tar(
+        ep / "annotations.tar",
+        {
+            "sparse/0/cameras.txt": cameras.encode(),
+            "sparse/0/images.txt": "\n".join(lines).encode(),
+            "sparse/0/points3D.txt": b"",
+            "action.json": dumps(action),
+            "caption.json": dumps({"scene_static": "ignored"}),
+        },
+    )
     return keys.astype(np.uint8)
 
 
@@ -236,15 +247,24 @@ def write_omniworld(root: Path, uid: str, world: World, first_frame: int, scale:
     import cv2
 
     ids = list(range(first_frame, first_frame + world.n))
-    pngs = {f"color/{g:06d}.png": cv2.imencode(".png", np.ascontiguousarray(f[..., ::-1]))[1].tobytes()
-            for g, f in zip(ids, world.frames)}
+    pngs = {
+        f"color/{g:06d}.png": cv2.imencode(".png", np.ascontiguousarray(f[..., ::-1]))[1].tobytes()
+        for g, f in zip(ids, world.frames)
+    }
     write_tar(root / "videos" / "OmniWorld-Game" / uid / f"{uid}_rgb_0000.tar.gz", pngs, "w:gz")
     w2c = c2w_to_w2c(world.c2w)
-    cam = {"quats": rotation_to_quat(w2c[:, :3, :3], "wxyz").tolist(),
-           "trans": (w2c[:, :3, 3] / (scale or 1.0)).tolist(), "focals": world.K[:, 0].tolist(),
-           "cx": float(world.K[0, 2]), "cy": float(world.K[0, 3])}
-    write_tar(root / "annotations" / "OmniWorld-Game" / uid / f"{uid}_others.tar.gz",
-              {"split_info.json": dumps({"split": [ids]}), "camera/split_0.json": dumps(cam), "fps.txt": b"24"}, "w:gz")
+    cam = {
+        "quats": rotation_to_quat(w2c[:, :3, :3], "wxyz").tolist(),
+        "trans": (w2c[:, :3, 3] / (scale or 1.0)).tolist(),
+        "focals": world.K[:, 0].tolist(),
+        "cx": float(world.K[0, 2]),
+        "cy": float(world.K[0, 3]),
+    }
+    write_tar(
+        root / "annotations" / "OmniWorld-Game" / uid / f"{uid}_others.tar.gz",
+        {"split_info.json": dumps({"split": [ids]}), "camera/split_0.json": dumps(cam), "fps.txt": b"24"},
+        "w:gz",
+    )
     csv = root / "metadata" / "omniworld_game_metadata.csv"
     csv.parent.mkdir(parents=True, exist_ok=True)
     if not csv.exists():
@@ -287,9 +307,20 @@ def write_sekai_walking(root: Path, video: bytes, stems: list[str], hq: list[str
 
 def mind_actions(n: int) -> dict:
     """MIND action.json rows 0..n-1."""
-    return {"data": [{"time": i, "ws": i % 3 - 1, "ad": (i // 2) % 3 - 1, "ud": 0, "lr": (i // 5) % 3 - 1,
-                      "actor_pos": {"x": 0.1 * i, "y": 0.0, "z": 1.0}, "actor_rpy": {"x": 0.0, "y": 0.0, "z": 0.01 * i}}
-                     for i in range(n)]}
+    return {
+        "data": [
+            {
+                "time": i,
+                "ws": i % 3 - 1,
+                "ad": (i // 2) % 3 - 1,
+                "ud": 0,
+                "lr": (i // 5) % 3 - 1,
+                "actor_pos": {"x": 0.1 * i, "y": 0.0, "z": 1.0},
+                "actor_rpy": {"x": 0.0, "y": 0.0, "z": 0.01 * i},
+            }
+            for i in range(n)
+        ]
+    }
 
 
 def write_mind(root: Path, video: bytes, n: int, items: dict[str, int | None]) -> None:

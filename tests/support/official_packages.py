@@ -21,8 +21,16 @@ import torch
 
 #: A tiny Wan architecture that keeps the published interface (in/out 48, patch (1, 2, 2), qk/cross norms).
 TINY_ARCH: dict[str, Any] = {
-    "dim": 64, "ffn_dim": 96, "freq_dim": 32, "text_dim": 24, "in_dim": 48, "out_dim": 48,
-    "num_heads": 2, "num_layers": 2, "patch_size": [1, 2, 2], "text_len": 8,
+    "dim": 64,
+    "ffn_dim": 96,
+    "freq_dim": 32,
+    "text_dim": 24,
+    "in_dim": 48,
+    "out_dim": 48,
+    "num_heads": 2,
+    "num_layers": 2,
+    "patch_size": [1, 2, 2],
+    "text_len": 8,
 }
 
 
@@ -55,8 +63,21 @@ def wan_module(name: str) -> types.ModuleType:
         torch.cuda.current_device = current
 
 
-def sdpa_flash_attention(q, k, v, q_lens=None, k_lens=None, dropout_p=0.0, softmax_scale=None, q_scale=None,
-                         causal=False, window_size=(-1, -1), deterministic=False, dtype=None, version=None):
+def sdpa_flash_attention(
+    q,
+    k,
+    v,
+    q_lens=None,
+    k_lens=None,
+    dropout_p=0.0,
+    softmax_scale=None,
+    q_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    deterministic=False,
+    dtype=None,
+    version=None,
+):
     """``wan.modules.attention.flash_attention``'s contract (``[B, L, N, C]`` in and out) on SDPA, unpadded inputs."""
     assert window_size == (-1, -1) and not causal and q_scale is None
     assert k_lens is None or bool((k_lens == k.shape[1]).all()), "the tests feed unpadded sequences"
@@ -71,9 +92,20 @@ def official_model(module: types.ModuleType, seed: int = 0, arch: dict[str, Any]
     a = dict(TINY_ARCH, **(arch or {}))
     torch.manual_seed(seed)
     model = module.WanModel(
-        model_type="ti2v", patch_size=tuple(a["patch_size"]), text_len=a["text_len"], in_dim=a["in_dim"], dim=a["dim"],
-        ffn_dim=a["ffn_dim"], freq_dim=a["freq_dim"], text_dim=a["text_dim"], out_dim=a["out_dim"],
-        num_heads=a["num_heads"], num_layers=a["num_layers"], qk_norm=True, cross_attn_norm=True, eps=1e-6,
+        model_type="ti2v",
+        patch_size=tuple(a["patch_size"]),
+        text_len=a["text_len"],
+        in_dim=a["in_dim"],
+        dim=a["dim"],
+        ffn_dim=a["ffn_dim"],
+        freq_dim=a["freq_dim"],
+        text_dim=a["text_dim"],
+        out_dim=a["out_dim"],
+        num_heads=a["num_heads"],
+        num_layers=a["num_layers"],
+        qk_norm=True,
+        cross_attn_norm=True,
+        eps=1e-6,
     )
     with torch.no_grad():
         for p in model.parameters():
@@ -84,8 +116,10 @@ def official_model(module: types.ModuleType, seed: int = 0, arch: dict[str, Any]
 def delta_like(model: torch.nn.Module, seed: int = 1) -> dict[str, torch.Tensor]:
     """A trained-looking stage-1 ``delta_embedding.{0,2}`` (the time MLP's copy, moved)."""
     g = torch.Generator().manual_seed(seed)
-    return {f"delta_embedding.{k}": v.detach().clone() + 0.1 * torch.randn(v.shape, generator=g)
-            for k, v in model.time_embedding.state_dict().items()}
+    return {
+        f"delta_embedding.{k}": v.detach().clone() + 0.1 * torch.randn(v.shape, generator=g)
+        for k, v in model.time_embedding.state_dict().items()
+    }
 
 
 def write_package(
@@ -98,20 +132,39 @@ def write_package(
     """A v2 checkpoint transaction as the official store writes it: model.pt, the manifest, COMPLETE.json."""
     folder.mkdir(parents=True)
     torch.save(checkpoint, folder / "model.pt")
-    contract = {"family": "wan22_ti2v_5b", "stage": stage or "", "causal_mode": "", "objective": "flow_matching",
-                "camera_translation_transform": "linear", "parameterization": "full-parameter-live-ema",
-                "sp_size": 1, "data_generation": "inference-portable:v1", "extras": {}}
-    manifest = {"schema": "solarwm.checkpoint.v2", "step": step, "contract": contract,
-                "required_components": ["model.pt"],
-                "files": [{"path": "model.pt", "size": (folder / "model.pt").stat().st_size}], "metadata": {}}
+    contract = {
+        "family": "wan22_ti2v_5b",
+        "stage": stage or "",
+        "causal_mode": "",
+        "objective": "flow_matching",
+        "camera_translation_transform": "linear",
+        "parameterization": "full-parameter-live-ema",
+        "sp_size": 1,
+        "data_generation": "inference-portable:v1",
+        "extras": {},
+    }
+    manifest = {
+        "schema": "solarwm.checkpoint.v2",
+        "step": step,
+        "contract": contract,
+        "required_components": ["model.pt"],
+        "files": [{"path": "model.pt", "size": (folder / "model.pt").stat().st_size}],
+        "metadata": {},
+    }
     raw = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     (folder / "checkpoint-manifest.json").write_bytes(raw)
-    complete = {"schema": "solarwm.checkpoint-complete.v2", "step": step, "manifest_digest": hashlib.blake2s(raw).hexdigest()}
+    complete = {
+        "schema": "solarwm.checkpoint-complete.v2",
+        "step": step,
+        "manifest_digest": hashlib.blake2s(raw).hexdigest(),
+    }
     (folder / "COMPLETE.json").write_text(json.dumps(complete))
     if release_role is not None:
-        release = {"schema": "solarwm.public-weight-manifest.v1",
-                   "load": {"format": "solarwm_wan_stage2_transaction_v1", "entrypoint": ".", "default_weights": release_role},
-                   "identity": {"model": {"weight_role": "live+ema"}}}
+        release = {
+            "schema": "solarwm.public-weight-manifest.v1",
+            "load": {"format": "solarwm_wan_stage2_transaction_v1", "entrypoint": ".", "default_weights": release_role},
+            "identity": {"model": {"weight_role": "live+ema"}},
+        }
         (folder / "release-manifest.json").write_text(json.dumps(release))
     return folder
 
@@ -121,7 +174,8 @@ def stage_checkpoint(live: dict[str, torch.Tensor], ema: dict[str, torch.Tensor]
     return {
         "generator": {prefix + k: v.detach().clone() for k, v in live.items()},
         "generator_ema": {prefix + k: v.detach().clone() for k, v in ema.items()},
-        "global_step": 1200, "config": {"model": {"family": "wan22_ti2v_5b"}, "train": {"stage": "tiny"}},
+        "global_step": 1200,
+        "config": {"model": {"family": "wan22_ti2v_5b"}, "train": {"stage": "tiny"}},
     }
 
 
@@ -133,5 +187,7 @@ def tiny_tokenizer(folder: Path, words: list[str]) -> Path:
     vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(words)}}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>").save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(folder)
     return folder

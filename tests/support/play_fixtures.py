@@ -134,5 +134,3 @@ async def open_world(port: int, timeout: float = 240.0) -> World:
             continue
         return World(ws, [first])
     raise AssertionError("the server never freed its session")
-
-

@@ -26,12 +26,19 @@ def make_batch(adapter: BackboneAdapter, num_frames: int, height: int, width: in
     for i in range(num_frames):
         a = 0.1 * i
         eye = (0.2 * i, math.sin(a), 1.5)
-        poses.append(torch.as_tensor(look_at(eye, (eye[0] + 3 * math.cos(a), eye[1] + 3 * math.sin(a), 1.2)), dtype=torch.float32))
+        poses.append(
+            torch.as_tensor(
+                look_at(eye, (eye[0] + 3 * math.cos(a), eye[1] + 3 * math.sin(a), 1.2)), dtype=torch.float32
+            )
+        )
     c2w = torch.stack(poses)[None].expand(batch, -1, -1, -1).clone()
     K = torch.tensor([0.9 * width, 0.9 * width, width / 2, height / 2]).expand(batch, num_frames, 4).clone()
     return {
         "video": torch.rand(batch, 3, num_frames, height, width, generator=g) * 2 - 1,
-        "c2w": c2w, "K": K, "caption": ["a street"] * batch, "sample_id": [f"s{i}" for i in range(batch)],
+        "c2w": c2w,
+        "K": K,
+        "caption": ["a street"] * batch,
+        "sample_id": [f"s{i}" for i in range(batch)],
     }
 
 
@@ -49,8 +56,13 @@ def check_geometry(adapter: BackboneAdapter, batch: dict) -> torch.Tensor:
     f = adapter.latent_frames(video.shape[2])
     with torch.no_grad():
         latents = adapter.encode(video)
-        assert latents.shape == (video.shape[0], adapter.latent_channels, f,
-                                 video.shape[3] // adapter.spatial_compression, video.shape[4] // adapter.spatial_compression)
+        assert latents.shape == (
+            video.shape[0],
+            adapter.latent_channels,
+            f,
+            video.shape[3] // adapter.spatial_compression,
+            video.shape[4] // adapter.spatial_compression,
+        )
         decoded = adapter.decode(latents)
     assert decoded.shape == video.shape
     assert len(adapter.latent_to_pixel_frame(f)) == f
@@ -81,8 +93,10 @@ def check_cache_exact(adapter: BackboneAdapter, batch: dict, atol: float = 1e-4)
         mask = block_causal_mask(f, adapter.tokens_per_frame(h, w), adapter.frames_per_block)
         reference = adapter(x, sigma, cond, attn_mask=mask)
         cache = adapter.new_cache(h, w)
-        outs = [adapter(x[:, :, sl], sigma[:, sl], _block(adapter, cond, sl), kv_cache=cache, commit=True)
-                for sl in adapter.block_slices(f)]
+        outs = [
+            adapter(x[:, :, sl], sigma[:, sl], _block(adapter, cond, sl), kv_cache=cache, commit=True)
+            for sl in adapter.block_slices(f)
+        ]
     torch.testing.assert_close(torch.cat(outs, 2), reference, atol=atol, rtol=atol)
 
 
@@ -99,7 +113,9 @@ def check_teacher_forcing_matches_rollout(adapter: BackboneAdapter, batch: dict,
         outs = []
         for sl in adapter.block_slices(clean.shape[2]):
             outs.append(adapter(noisy[:, :, sl], sigma[:, sl], _block(adapter, cond, sl), kv_cache=cache))
-            adapter(clean[:, :, sl], torch.zeros_like(sigma[:, sl]), _block(adapter, cond, sl), kv_cache=cache, commit=True)
+            adapter(
+                clean[:, :, sl], torch.zeros_like(sigma[:, sl]), _block(adapter, cond, sl), kv_cache=cache, commit=True
+            )
     torch.testing.assert_close(tf, torch.cat(outs, 2), atol=atol, rtol=atol)
 
 

@@ -29,7 +29,13 @@ def clip_batch(adapter: torch.nn.Module, seed: int = 0) -> dict:
     c2w[..., :3, 3] = torch.linspace(0, 1, frames)[None, :, None] * torch.randn(batch, 1, 3, generator=g)
     K = torch.tensor([20.0, 20.0, width / 2, height / 2]).repeat(batch, frames, 1)
     video = torch.rand(batch, 3, frames, height, width, generator=g) * 2 - 1
-    return {"video": video, "c2w": c2w, "K": K, "caption": ["a walk"] * batch, "sample_id": [str(i) for i in range(batch)]}
+    return {
+        "video": video,
+        "c2w": c2w,
+        "K": K,
+        "caption": ["a walk"] * batch,
+        "sample_id": [str(i) for i in range(batch)],
+    }
 
 
 def teacher_forcing_call(adapter: torch.nn.Module) -> torch.Tensor:

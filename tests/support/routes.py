@@ -31,8 +31,12 @@ ROUTE_TEST_LORA: dict[str, dict] = {
     route: {"rank": 4, "alpha": 4, "target_modules": ["to_q", "to_k", "to_v", "to_out.0"], "dropout": 0.0}
     for route in ROUTE_TEST_CLIPS
 }
-ROUTE_TEST_LORA["minimax_h3"] = {"rank": 4, "alpha": 8, "target_modules": ["attn.to_q", "attn.to_k", "attn.to_v",
-                                 "attn.to_out.0", "ff.net.0.proj", "ff.net.2"], "dropout": 0.0}
+ROUTE_TEST_LORA["minimax_h3"] = {
+    "rank": 4,
+    "alpha": 8,
+    "target_modules": ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2"],
+    "dropout": 0.0,
+}
 
 
 def published_recipes() -> dict[str, str]:

@@ -112,7 +112,9 @@ class ClipContext:
                 raise ClipError(self.folder.name, "video", str(e)) from None
             expected = self.meta["meta"].get("num_frames")
             if len(frames) != expected:
-                raise ClipError(self.folder.name, "meta_num_frames", f"meta.json says {expected} frames, video has {len(frames)}")
+                raise ClipError(
+                    self.folder.name, "meta_num_frames", f"meta.json says {expected} frames, video has {len(frames)}"
+                )
             self._frames = frames
         return self._frames
 
@@ -179,8 +181,11 @@ def register_stage(stage: Stage) -> Stage:
     if bad:
         raise AnnotateConfigError(f"stage {stage.name!r} declares unknown kind(s) {bad}; known: {KINDS}")
     declared = {k: (s.name, kind) for s in STAGES.values() for k, kind in s.keys.items()}
-    clash = [f"{k} ({kind}; {declared[k][0]!r} says {declared[k][1]})" for k, kind in stage.keys.items()
-             if k in declared and declared[k][1] != kind]
+    clash = [
+        f"{k} ({kind}; {declared[k][0]!r} says {declared[k][1]})"
+        for k, kind in stage.keys.items()
+        if k in declared and declared[k][1] != kind
+    ]
     if clash:
         raise AnnotateConfigError(f"stage {stage.name!r} redeclares key(s) with another kind: {', '.join(clash)}")
     taken = dict.fromkeys(RESERVED_NAMES, "the command")
@@ -189,7 +194,9 @@ def register_stage(stage: Stage) -> Stage:
         if not option.name.isidentifier():
             raise AnnotateConfigError(f"stage {stage.name!r}: option name {option.name!r} must be a Python identifier")
         if option.name in taken:
-            raise AnnotateConfigError(f"stage {stage.name!r}: option {option.name!r} is already taken by {taken[option.name]}")
+            raise AnnotateConfigError(
+                f"stage {stage.name!r}: option {option.name!r} is already taken by {taken[option.name]}"
+            )
         if not option.help:
             raise AnnotateConfigError(f"stage {stage.name!r}: option {option.name!r} needs a help line")
         taken[option.name] = f"stage {stage.name!r}"
@@ -235,9 +242,13 @@ def _describe(fn: Callable[..., Any]) -> None:
     signature, hints, doc = fn.__solarwm_template__
     own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     options = list(stage_options().values())
-    params = own + [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=o.type)
-                    for o in options]
+    params = own + [
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=o.type) for o in options
+    ]
     fn.__signature__ = signature.replace(parameters=params)
-    fn.__annotations__ = {**{p.name: hints[p.name] for p in own if p.name in hints}, **{o.name: o.type for o in options},
-                          **({"return": hints["return"]} if "return" in hints else {})}
+    fn.__annotations__ = {
+        **{p.name: hints[p.name] for p in own if p.name in hints},
+        **{o.name: o.type for o in options},
+        **({"return": hints["return"]} if "return" in hints else {}),
+    }
     fn.__doc__ = doc.replace("{stages}", ", ".join(STAGES)) + "".join(f"\n    {o.name}: {o.help}" for o in options)

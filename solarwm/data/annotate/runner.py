@@ -22,8 +22,15 @@ from typing import Any
 
 from solarwm.data.accounting import account
 from solarwm.data.annotate.registry import with_stage_options
-from solarwm.data.annotate.stages import (STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, Stage, StageSkipped,
-                                          default_stages)
+from solarwm.data.annotate.stages import (
+    STAGES,
+    AnnotateConfig,
+    AnnotateConfigError,
+    ClipContext,
+    Stage,
+    StageSkipped,
+    default_stages,
+)
 from solarwm.data.annotate.visual import MetricError
 from solarwm.data.contract import ClipError, iter_clip_dirs, read_meta, update_meta
 from solarwm.data.executor import map_tasks
@@ -118,8 +125,11 @@ def _annotate_clip(clip_dir: str, stages: list[str], config: AnnotateConfig) -> 
 
 def _check_declared(stage: Stage, values: dict[str, Any]) -> None:
     """Raise ``MetricError`` if a stage wrote a key it does not declare, or a value of another kind."""
-    wrong = [f"{k} (undeclared)" if k not in stage.keys else f"{k} (not {stage.keys[k]})"
-             for k, v in sorted(values.items()) if k not in stage.keys or not value_matches(stage.keys[k], v)]
+    wrong = [
+        f"{k} (undeclared)" if k not in stage.keys else f"{k} (not {stage.keys[k]})"
+        for k, v in sorted(values.items())
+        if k not in stage.keys or not value_matches(stage.keys[k], v)
+    ]
     if wrong:
         raise MetricError(f"{stage.name}.keys", ", ".join(wrong))
 
@@ -130,8 +140,12 @@ def _annotate_task(task: tuple[str, list[str], AnnotateConfig]) -> ClipResult:
 
 
 def run_annotate(
-    corpus: str | Path, stages: list[str], config: AnnotateConfig, workers: int = 1,
-    executor: str = "process", ray_address: str | None = None,
+    corpus: str | Path,
+    stages: list[str],
+    config: AnnotateConfig,
+    workers: int = 1,
+    executor: str = "process",
+    ray_address: str | None = None,
 ) -> list[ClipResult]:
     """Annotate every clip of ``corpus`` with a tqdm progress bar on ``executor`` (see `map_tasks`)."""
     config.check(stages)
@@ -156,8 +170,13 @@ def summarize(corpus: str | Path, stages: list[str], results: list[ClipResult]) 
         failed += [{"clip": r.clip, "stage": s, "error": err} for s, err in sorted(r.errors.items())]
     acc = account(corpus)
     return {
-        "command": "annotate", "corpus": str(corpus), "stages": list(stages), "clips": len(results),
-        "per_stage": counts, "failed": failed, "accounting": acc.to_dict(),
+        "command": "annotate",
+        "corpus": str(corpus),
+        "stages": list(stages),
+        "clips": len(results),
+        "per_stage": counts,
+        "failed": failed,
+        "accounting": acc.to_dict(),
         "results": [asdict(r) for r in results],
     }
 

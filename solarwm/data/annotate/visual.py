@@ -189,8 +189,14 @@ class UniMatchScorer:
         unimatch_cls = import_unimatch()
         self.device = torch.device(device)
         self.model = unimatch_cls(
-            feature_channels=128, num_scales=2, upsample_factor=4, num_head=1,
-            ffn_dim_expansion=4, num_transformer_layers=6, reg_refine=True, task="flow",
+            feature_channels=128,
+            num_scales=2,
+            upsample_factor=4,
+            num_head=1,
+            ffn_dim_expansion=4,
+            num_transformer_layers=6,
+            reg_refine=True,
+            task="flow",
         )
         state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
         self.model.load_state_dict(state["model"] if "model" in state else state)
@@ -203,9 +209,15 @@ class UniMatchScorer:
         x = torch.from_numpy(flow_frames(frames)).to(self.device)
         with torch.no_grad():
             res = self.model(
-                x[:-1].contiguous(), x[1:].contiguous(), attn_type="swin", attn_splits_list=[2, 8],
-                corr_radius_list=[-1, 4], prop_radius_list=[-1, 1], num_reg_refine=6,
-                task="flow", pred_bidir_flow=False,
+                x[:-1].contiguous(),
+                x[1:].contiguous(),
+                attn_type="swin",
+                attn_splits_list=[2, 8],
+                corr_radius_list=[-1, 4],
+                prop_radius_list=[-1, 1],
+                num_reg_refine=6,
+                task="flow",
+                pred_bidir_flow=False,
             )
         return float(res["flow_preds"][-1].abs().mean().cpu())
 
@@ -246,7 +258,9 @@ class DoverScorer:
         self.samplers = {}
         for stype, sopt in self.sample_types.items():
             if "t_frag" not in sopt:
-                self.samplers[stype] = datasets.UnifiedFrameSampler(sopt["clip_len"], sopt["num_clips"], sopt["frame_interval"])
+                self.samplers[stype] = datasets.UnifiedFrameSampler(
+                    sopt["clip_len"], sopt["num_clips"], sopt["frame_interval"]
+                )
             else:
                 self.samplers[stype] = datasets.UnifiedFrameSampler(
                     sopt["clip_len"] // sopt["t_frag"], sopt["t_frag"], sopt["frame_interval"], sopt["num_clips"]
@@ -262,8 +276,11 @@ class DoverScorer:
         for k, v in views.items():
             num_clips = self.sample_types[k].get("num_clips", 1)
             views[k] = (
-                ((v.permute(1, 2, 3, 0) - mean) / std).permute(3, 0, 1, 2)
-                .reshape(v.shape[0], num_clips, -1, *v.shape[2:]).transpose(0, 1).to(self.device)
+                ((v.permute(1, 2, 3, 0) - mean) / std)
+                .permute(3, 0, 1, 2)
+                .reshape(v.shape[0], num_clips, -1, *v.shape[2:])
+                .transpose(0, 1)
+                .to(self.device)
             )
         scores = self.model(views)  # one tensor per view, in the order of ``views``
         return {k: float(s.mean()) for k, s in zip(views.keys(), scores)}

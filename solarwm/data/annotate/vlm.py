@@ -98,7 +98,9 @@ def encode_frame(frame: np.ndarray) -> str:
 def build_messages(frames: np.ndarray, fps: float) -> list[dict[str, Any]]:
     """System prompt + one user message with the 1-fps frames of ``[N, H, W, 3]`` uint8 RGB as data URLs."""
     idx = sample_indices(len(frames), fps)
-    content: list[dict[str, Any]] = [{"type": "text", "text": f"{len(idx)} frames at 1 fps follow. Return the JSON object."}]
+    content: list[dict[str, Any]] = [
+        {"type": "text", "text": f"{len(idx)} frames at 1 fps follow. Return the JSON object."}
+    ]
     content += [{"type": "image_url", "image_url": {"url": encode_frame(frames[i])}} for i in idx]
     return [{"role": "system", "content": PROMPT}, {"role": "user", "content": content}]
 
@@ -236,7 +238,9 @@ class ChatClient:
         except (KeyError, IndexError, TypeError):
             raise self._error(f"vlm.http: {self.shown_url} reply has no choices[0].message.content") from None
         if not isinstance(content, str):
-            raise self._error(f"vlm.http: {self.shown_url} reply content is {type(content).__name__}, expected a string")
+            raise self._error(
+                f"vlm.http: {self.shown_url} reply content is {type(content).__name__}, expected a string"
+            )
         return content
 
 
@@ -257,6 +261,9 @@ def caption_frames(frames: np.ndarray, fps: float, config: VLMConfig) -> tuple[s
             errors.append(str(e))
             messages = messages + [
                 {"role": "assistant", "content": content},
-                {"role": "user", "content": f"Your reply was invalid: {e}. Return only the corrected JSON object with exactly the six required keys."},
+                {
+                    "role": "user",
+                    "content": f"Your reply was invalid: {e}. Return only the corrected JSON object with exactly the six required keys.",
+                },
             ]
     raise VLMResponseError(f"no valid reply after {config.max_retries + 1} attempts: " + " | ".join(errors))

@@ -92,12 +92,17 @@ class TransformersDepth:
         self.model = AutoModelForDepthEstimation.from_pretrained(folder, local_files_only=True).eval().to(device)
         cfg = self.model.config
         if cfg.model_type not in ("depth_pro", "depth_anything"):
-            raise EstimatorUnavailable("depth", f"{folder}: model type {cfg.model_type!r}; DepthPro or Depth Anything (metric)")
+            raise EstimatorUnavailable(
+                "depth", f"{folder}: model type {cfg.model_type!r}; DepthPro or Depth Anything (metric)"
+            )
         if cfg.model_type == "depth_anything" and getattr(cfg, "depth_estimation_type", "relative") != "metric":
             raise EstimatorUnavailable("depth", f"{folder}: a relative Depth Anything model; a metric one is needed")
         pre = json.loads((folder / "preprocessor_config.json").read_text())
         size = pre.get("size", {})
-        self.size = (int(size.get("height", size.get("shortest_edge", 518))), int(size.get("width", size.get("shortest_edge", 518))))
+        self.size = (
+            int(size.get("height", size.get("shortest_edge", 518))),
+            int(size.get("width", size.get("shortest_edge", 518))),
+        )
         if cfg.model_type == "depth_anything":  # its ViT needs multiples of the patch size
             self.size = tuple(max(14, int(round(v / 14)) * 14) for v in self.size)
         self.mean = np.asarray(pre.get("image_mean", [0.5, 0.5, 0.5]), np.float32)
@@ -156,8 +161,11 @@ class OracleDepth:
                     frames.append(np.asarray(video))
                     depths.append(depth)
         if not frames:
-            raise EstimatorUnavailable("oracle", f"{self.root}: no clip folder with video.mp4 and depth.npy "
-                                                 "(write them with `solarwm data synth --depth`)")
+            raise EstimatorUnavailable(
+                "oracle",
+                f"{self.root}: no clip folder with video.mp4 and depth.npy "
+                "(write them with `solarwm data synth --depth`)",
+            )
         self.frames, self.depths = frames, depths
         self.max_mean_abs = max_mean_abs
         # A coarse thumbnail per frame finds the candidates fast; the full frame decides.
@@ -207,8 +215,14 @@ def sample_frames(n: int, count: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(count, n)).round().astype(int))
 
 
-def metric_scale(observed: list[Any], frames: np.ndarray, depth: DepthEstimator, samples: int = 8,
-                 min_points: int = 15, max_spread: float = 0.15) -> tuple[float, dict[str, Any]]:
+def metric_scale(
+    observed: list[Any],
+    frames: np.ndarray,
+    depth: DepthEstimator,
+    samples: int = 8,
+    min_points: int = 15,
+    max_spread: float = 0.15,
+) -> tuple[float, dict[str, Any]]:
     """The factor taking SfM units to metres, and its diagnostics.
 
     ``observed[f]`` has ``uv [M, 2]`` (continuous pixels) and ``z [M]`` (SfM camera-space depths)
@@ -234,13 +248,14 @@ def metric_scale(observed: list[Any], frames: np.ndarray, depth: DepthEstimator,
             ratios.append(r)
         rows.append(row)
     if len(ratios) < max(2, (len(rows) + 1) // 2):
-        raise EstimationError(f"metric scale: only {len(ratios)} of {len(rows)} sampled frames have "
-                              f">= {min_points} points with a metric depth")
+        raise EstimationError(
+            f"metric scale: only {len(ratios)} of {len(rows)} sampled frames have "
+            f">= {min_points} points with a metric depth"
+        )
     r = np.array(ratios)
     scale = float(np.median(r))
     spread = float(1.4826 * np.median(np.abs(r - scale)) / scale)
-    diag = {"scale": scale, "spread": spread, "max_spread": max_spread, "frames": rows,
-            "depth_model": depth.describe()}
+    diag = {"scale": scale, "spread": spread, "max_spread": max_spread, "frames": rows, "depth_model": depth.describe()}
     if not spread <= max_spread:
         raise EstimationError(f"metric scale: per-frame depth ratios disagree (spread {spread:.3f} > {max_spread})")
     return scale, diag

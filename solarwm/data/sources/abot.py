@@ -34,8 +34,10 @@ ACTION_KEYS = ("W", "A", "S", "D", "Q", "E", "I", "J", "K", "L", "Space")
 
 def list_items(root: Path) -> list[NativeItem]:
     """Every episode folder with a video.mp4."""
-    return [NativeItem(p.parent.name, {"episode": str(p.parent.relative_to(root))})
-            for p in sorted((root / "data").glob("*/*/video.mp4"))]
+    return [
+        NativeItem(p.parent.name, {"episode": str(p.parent.relative_to(root))})
+        for p in sorted((root / "data").glob("*/*/video.mp4"))
+    ]
 
 
 def _member(tar: tarfile.TarFile, name: str, reason: str) -> str:
@@ -74,7 +76,9 @@ def read_colmap_text(cameras: str, images: str) -> tuple[int, int, np.ndarray, n
     try:
         numbers = [int(im.name.split("_")[1].split(".")[0]) for im in rows]
     except (IndexError, ValueError):
-        raise SourceDefect("pose_file_invalid", f"image names must look like frame_000001.png, got {rows[0].name}") from None
+        raise SourceDefect(
+            "pose_file_invalid", f"image names must look like frame_000001.png, got {rows[0].name}"
+        ) from None
     if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
         raise SourceDefect("pose_frames_not_contiguous", "images.txt frame numbers are not contiguous")
     poses = [im.cam_from_world() for im in rows]
@@ -118,5 +122,12 @@ def load(root: Path, item: NativeItem) -> NativeClip:
     return NativeClip(item.original_id, frames, c2w, K, "relative", conversions, {"action": action}, extra)
 
 
-SOURCE = Source("abot", {"*": "abot"}, "gt_pose_bridge", "960f", list_items, load,
-                note="COLMAP w2c wxyz, unknown units; actions [T,11]")
+SOURCE = Source(
+    "abot",
+    {"*": "abot"},
+    "gt_pose_bridge",
+    "960f",
+    list_items,
+    load,
+    note="COLMAP w2c wxyz, unknown units; actions [T,11]",
+)

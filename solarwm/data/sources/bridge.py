@@ -44,7 +44,12 @@ def bridge_windows(num_frames: int, fps: float, cfg: BridgeConfig) -> list[np.nd
 
 
 def windowed_metric_scale(
-    gt_c2w: np.ndarray, frames: np.ndarray, K: np.ndarray, fps: float, estimator: Any, cfg: BridgeConfig = BridgeConfig()
+    gt_c2w: np.ndarray,
+    frames: np.ndarray,
+    K: np.ndarray,
+    fps: float,
+    estimator: Any,
+    cfg: BridgeConfig = BridgeConfig(),
 ) -> tuple[float, dict[str, Any]]:
     """One metric scale for ``gt_c2w`` ``[N, 4, 4]`` from a metric ``estimator`` on ``frames`` ``[N, H, W, 3]``.
 
@@ -55,19 +60,25 @@ def windowed_metric_scale(
 
     # A plug-in that declares relative units (e.g. ``colmap`` without a depth model) is refused before it runs.
     if getattr(estimator, "pose_units", "metric") != "metric":
-        raise SourceDefect("metric_reference_not_metric",
-                           f"estimator {estimator.name} returns {estimator.pose_units} poses; the bridge needs metric ones")
+        raise SourceDefect(
+            "metric_reference_not_metric",
+            f"estimator {estimator.name} returns {estimator.pose_units} poses; the bridge needs metric ones",
+        )
     per_window: list[dict[str, Any]] = []
     for idx in bridge_windows(len(gt_c2w), fps, cfg):
         span = max(int(idx[-1] - idx[0]), 1)
         try:
             est = estimator.estimate(frames[idx], K[idx], fps * (len(idx) - 1) / span)
         except EstimationError as e:  # this window has no reference; the others may still agree
-            per_window.append({"frames": [int(idx[0]), int(idx[-1]) + 1], "accepted": False, "why": f"estimation_failed: {e}"})
+            per_window.append(
+                {"frames": [int(idx[0]), int(idx[-1]) + 1], "accepted": False, "why": f"estimation_failed: {e}"}
+            )
             continue
         if est.pose_units != "metric":
-            raise SourceDefect("metric_reference_not_metric",
-                               f"estimator {est.estimator} returns {est.pose_units} poses; the bridge needs metric ones")
+            raise SourceDefect(
+                "metric_reference_not_metric",
+                f"estimator {est.estimator} returns {est.pose_units} poses; the bridge needs metric ones",
+            )
         src, dst = gt_c2w[idx, :3, 3], np.asarray(est.c2w)[:, :3, 3]
         row: dict[str, Any] = {"frames": [int(idx[0]), int(idx[-1]) + 1]}
         try:
@@ -90,7 +101,9 @@ def windowed_metric_scale(
     kept = scales[np.abs(scales - med) <= max(3.0 * 1.4826 * mad, 1e-9 * med)]
     p10, p90 = np.percentile(kept, [10, 90])
     if p90 / p10 > cfg.max_spread:
-        raise SourceDefect("metric_bridge_failed", f"window scales disagree: p90/p10 = {p90 / p10:.2f} > {cfg.max_spread}")
+        raise SourceDefect(
+            "metric_bridge_failed", f"window scales disagree: p90/p10 = {p90 / p10:.2f} > {cfg.max_spread}"
+        )
     scale = float(np.median(kept))
     diag.update({"scale": scale, "accepted": int(len(kept)), "p90_over_p10": float(p90 / p10)})
     return scale, diag

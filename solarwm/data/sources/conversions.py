@@ -154,7 +154,10 @@ def window_plan(num_frames: int, src_fps: float, spec: str) -> list[Window]:
     milli = int(round(src_fps * 1000))
     win = max(2, _round_half_up(frames * milli, int(round(fps * 1000))))
     if win < frames:
-        raise SourceDefect("fps_below_target", f"{src_fps:g} fps gives {win} frames per {frames}-frame window at {fps:g} fps (would upsample)")
+        raise SourceDefect(
+            "fps_below_target",
+            f"{src_fps:g} fps gives {win} frames per {frames}-frame window at {fps:g} fps (would upsample)",
+        )
     n_win = num_frames // win
     if n_win == 0:
         raise SourceDefect("too_short", f"{num_frames} frames at {src_fps:g} fps; one {spec} window needs {win}")
@@ -171,12 +174,16 @@ def relabel_plan(num_frames: int, src_fps: float, spec: str, tolerance: float = 
     """
     frames, fps = SPECS[spec]
     if not src_fps or abs(fps / src_fps - 1.0) > tolerance:
-        raise SourceDefect("fps_mismatch", f"{src_fps:g} fps cannot be relabelled to {fps:g} fps (tolerance {tolerance:.0%})")
+        raise SourceDefect(
+            "fps_mismatch", f"{src_fps:g} fps cannot be relabelled to {fps:g} fps (tolerance {tolerance:.0%})"
+        )
     n_win = num_frames // frames
     if n_win == 0:
         raise SourceDefect("too_short", f"{num_frames} frames; one {spec} window needs {frames}")
-    return [Window(w, w * frames, (w + 1) * frames, np.arange(w * frames, (w + 1) * frames, dtype=np.int64))
-            for w in range(n_win)]
+    return [
+        Window(w, w * frames, (w + 1) * frames, np.arange(w * frames, (w + 1) * frames, dtype=np.int64))
+        for w in range(n_win)
+    ]
 
 
 PLANS: dict[str, Callable[..., list[Window]]] = {"resample": window_plan, "relabel": relabel_plan}

@@ -201,8 +201,14 @@ def ingest_item(cfg: IngestConfig, item: NativeItem) -> dict[str, Any]:
     """Ingest one native item into ``cfg.out``: its windows as clips, or failed records; never raises for bad input."""
     source = get_source(cfg.source)
     owner, out = source.owner(cfg.spec), Path(cfg.out)
-    base = {"owner": owner, "source": source.name, "original_id": item.original_id, "spec": cfg.spec,
-            "pose_path": source.pose_path, "versions": {"ingest": INGEST_VERSION}}
+    base = {
+        "owner": owner,
+        "source": source.name,
+        "original_id": item.original_id,
+        "spec": cfg.spec,
+        "pose_path": source.pose_path,
+        "versions": {"ingest": INGEST_VERSION},
+    }
     item_id = clip_id(owner, item.original_id, 0, 0)
     try:
         clip = source.load(Path(cfg.root), item)
@@ -216,21 +222,38 @@ def ingest_item(cfg: IngestConfig, item: NativeItem) -> dict[str, Any]:
     results = []
     for w in windows:
         cid = clip_id(owner, item.original_id, w.start, w.end)
-        prov = {**base, "frame_interval": [w.start, w.end], "window": [w.index, len(windows)],
-                "source_fps": clip.frames.fps, "source_num_frames": clip.frames.count,
-                "native": clip.extra}
+        prov = {
+            **base,
+            "frame_interval": [w.start, w.end],
+            "window": [w.index, len(windows)],
+            "source_fps": clip.frames.fps,
+            "source_num_frames": clip.frames.count,
+            "native": clip.extra,
+        }
         if _is_done(out / cid):
             results.append({"clip": cid, "status": "skipped"})
             continue
         try:
             frames = clip.frames.read(w.indices)
             c2w, K, units, more, fields = _window_poses(cfg, source, clip, frames, w.indices, fps_out)
-            timing = cv.record(plan_fn, source_fps=clip.frames.fps, fps=fps_out, frames=frames_out,
-                               source_frames=w.end - w.start)
-            prov.update(fields, pose_units=units, conversions=[*clip.conversions, timing, *more],
-                        stages={"ingest": {"status": "ok", "version": INGEST_VERSION}})
-            out_clip = Clip(cid, frames, c2w, K, caption="", provenance=prov,
-                            meta={"fps": fps_out, "num_frames": frames_out, "pose_units": units})
+            timing = cv.record(
+                plan_fn, source_fps=clip.frames.fps, fps=fps_out, frames=frames_out, source_frames=w.end - w.start
+            )
+            prov.update(
+                fields,
+                pose_units=units,
+                conversions=[*clip.conversions, timing, *more],
+                stages={"ingest": {"status": "ok", "version": INGEST_VERSION}},
+            )
+            out_clip = Clip(
+                cid,
+                frames,
+                c2w,
+                K,
+                caption="",
+                provenance=prov,
+                meta={"fps": fps_out, "num_frames": frames_out, "pose_units": units},
+            )
             write_clip(out_clip, out, arrays={k: a[w.indices] for k, a in clip.arrays.items()})
             results.append({"clip": cid, "status": "written"})
         except (SourceDefect, ClipError) as e:
@@ -243,9 +266,16 @@ def _task(args: tuple[IngestConfig, NativeItem]) -> dict[str, Any]:
 
 
 def ingest(
-    source: str, root: str | Path, out: str | Path, spec: str | None = None, workers: int = 1,
-    executor: str = "process", estimator: str = DEFAULT_ESTIMATOR, estimator_weights: str | None = None,
-    progress: bool = True, depth_model: str | None = None,
+    source: str,
+    root: str | Path,
+    out: str | Path,
+    spec: str | None = None,
+    workers: int = 1,
+    executor: str = "process",
+    estimator: str = DEFAULT_ESTIMATOR,
+    estimator_weights: str | None = None,
+    progress: bool = True,
+    depth_model: str | None = None,
 ) -> dict[str, Any]:
     """Ingest every native item of ``source`` under ``root`` into the corpus ``out``; returns the summary."""
     from solarwm.data.estimators import ESTIMATORS
@@ -266,19 +296,38 @@ def ingest(
     Path(out).mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     for alias, original in duplicates:
-        base = {"owner": owner, "source": source, "original_id": alias.original_id, "frame_interval": None,
-                "spec": spec, "versions": {"ingest": INGEST_VERSION}}
-        defect = SourceDefect("duplicate_item", f"{_ref_text(alias.ref)} reads the same data as "
-                                                f"{_ref_text(original.ref)} (item {original.original_id})")
-        records.append({"item": alias.original_id,
-                        "windows": [_failed(Path(out), clip_id(owner, alias.original_id, 0, 0), base, defect)]})
+        base = {
+            "owner": owner,
+            "source": source,
+            "original_id": alias.original_id,
+            "frame_interval": None,
+            "spec": spec,
+            "versions": {"ingest": INGEST_VERSION},
+        }
+        defect = SourceDefect(
+            "duplicate_item",
+            f"{_ref_text(alias.ref)} reads the same data as {_ref_text(original.ref)} (item {original.original_id})",
+        )
+        records.append(
+            {
+                "item": alias.original_id,
+                "windows": [_failed(Path(out), clip_id(owner, alias.original_id, 0, 0), base, defect)],
+            }
+        )
     tasks = [(cfg, it) for it in items]
-    for i, result in map_tasks(_task, tasks, executor=executor, workers=workers,
-                               desc=f"ingest {source}" if progress else None, unit="item"):
+    for i, result in map_tasks(
+        _task, tasks, executor=executor, workers=workers, desc=f"ingest {source}" if progress else None, unit="item"
+    ):
         if isinstance(result, BaseException):  # a crashed worker: the item is recorded failed, not lost
             cid = clip_id(owner, items[i].original_id, 0, 0)
-            base = {"owner": owner, "source": source, "original_id": items[i].original_id, "frame_interval": None,
-                    "spec": spec, "versions": {"ingest": INGEST_VERSION}}
+            base = {
+                "owner": owner,
+                "source": source,
+                "original_id": items[i].original_id,
+                "frame_interval": None,
+                "spec": spec,
+                "versions": {"ingest": INGEST_VERSION},
+            }
             result = {"item": items[i].original_id, "windows": [_failed(Path(out), cid, base, result)]}
         records.append(result)
     counts = {k: 0 for k in ("written", "skipped", "failed")}
@@ -290,9 +339,18 @@ def ingest(
                 reasons[w["reason"]] = reasons.get(w["reason"], 0) + 1
     acc = account(out)
     return {
-        "command": "ingest", "source": source, "owner": owner, "spec": spec, "root": str(root), "out": str(out),
-        "items": len(listed), "duplicates": len(duplicates), "clips": counts, "failed_reasons": dict(sorted(reasons.items())),
-        "accounting": acc.to_dict(), "records": sorted(records, key=lambda r: r["item"]),
+        "command": "ingest",
+        "source": source,
+        "owner": owner,
+        "spec": spec,
+        "root": str(root),
+        "out": str(out),
+        "items": len(listed),
+        "duplicates": len(duplicates),
+        "clips": counts,
+        "failed_reasons": dict(sorted(reasons.items())),
+        "accounting": acc.to_dict(),
+        "records": sorted(records, key=lambda r: r["item"]),
     }
 
 
@@ -302,19 +360,30 @@ def list_sources() -> list[dict[str, Any]]:
     for name in SOURCES:
         s = get_source(name)
         owners = sorted(set(s.owners.values()))
-        rows.append({"source": name, "owners": owners, "pose_path": s.pose_path, "default_spec": s.default_spec,
-                     "note": s.note})
+        rows.append(
+            {"source": name, "owners": owners, "pose_path": s.pose_path, "default_spec": s.default_spec, "note": s.note}
+        )
     return rows
 
 
-POSE_PATH_TEXT = {"gt_pose_metric": "gt_pose metric", "gt_pose_bridge": "gt_pose non-metric (windowed bridge)",
-                  "estimator": "estimator"}
+POSE_PATH_TEXT = {
+    "gt_pose_metric": "gt_pose metric",
+    "gt_pose_bridge": "gt_pose non-metric (windowed bridge)",
+    "estimator": "estimator",
+}
 
 
 def ingest_command(
-    source: str | None = None, root: str | None = None, out: str | None = None, spec: str | None = None,
-    workers: int = 1, executor: str = "process", estimator: str = DEFAULT_ESTIMATOR,
-    estimator_weights: str | None = None, depth_model: str | None = None, list: bool = False,
+    source: str | None = None,
+    root: str | None = None,
+    out: str | None = None,
+    spec: str | None = None,
+    workers: int = 1,
+    executor: str = "process",
+    estimator: str = DEFAULT_ESTIMATOR,
+    estimator_weights: str | None = None,
+    depth_model: str | None = None,
+    list: bool = False,
 ) -> int:
     """Ingest a source dataset from its native layout into canonical clips (``--list``: the sources).
 
@@ -337,8 +406,10 @@ def ingest_command(
         from solarwm.data.estimators import estimator_status
 
         for row in list_sources():
-            print(f"{row['source']:<14} owners {','.join(row['owners']):<22} {POSE_PATH_TEXT[row['pose_path']]:<38} "
-                  f"default --spec {row['default_spec']}")
+            print(
+                f"{row['source']:<14} owners {','.join(row['owners']):<22} {POSE_PATH_TEXT[row['pose_path']]:<38} "
+                f"default --spec {row['default_spec']}"
+            )
         print()
         for row in estimator_status():
             default = " (default)" if row["name"] == DEFAULT_ESTIMATOR else ""
@@ -347,10 +418,12 @@ def ingest_command(
         return 0
     if not (source and root and out):
         raise ValueError("--source, --root and --out are required (or --list)")
-    summary = ingest(source, root, out, spec, workers, executor, estimator, estimator_weights,
-                     depth_model=depth_model)
-    print(f"{summary['owner']}: {summary['items']} items; clips written {summary['clips']['written']}, "
-          f"skipped {summary['clips']['skipped']}, failed {summary['clips']['failed']}", file=sys.stderr)
+    summary = ingest(source, root, out, spec, workers, executor, estimator, estimator_weights, depth_model=depth_model)
+    print(
+        f"{summary['owner']}: {summary['items']} items; clips written {summary['clips']['written']}, "
+        f"skipped {summary['clips']['skipped']}, failed {summary['clips']['failed']}",
+        file=sys.stderr,
+    )
     print(summary["accounting"]["line"], file=sys.stderr)
     print(json.dumps({k: v for k, v in summary.items() if k != "records"}, indent=1))
     return 0

@@ -145,8 +145,11 @@ def check_lengths(clip: NativeClip) -> None:
         try:
             check_se3(clip.c2w, atol=1e-3)
         except PoseError as e:
-            reason = {"finite": "pose_nonfinite", "det": "pose_improper_rotation",
-                      "orthonormal": "pose_not_orthonormal"}.get(e.check, f"pose_{e.check}")
+            reason = {
+                "finite": "pose_nonfinite",
+                "det": "pose_improper_rotation",
+                "orthonormal": "pose_not_orthonormal",
+            }.get(e.check, f"pose_{e.check}")
             raise SourceDefect(reason, e.detail) from None
         if not np.isfinite(clip.K).all() or not (clip.K[:, :2] > 0).all():
             raise SourceDefect("intrinsics_invalid", "intrinsics must be finite with positive focal lengths")
@@ -156,9 +159,14 @@ def check_lengths(clip: NativeClip) -> None:
 
 
 _PICKLE_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("builtins", "dict"), ("builtins", "list"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("builtins", "dict"),
+    ("builtins", "list"),
     ("collections", "OrderedDict"),
 }
 

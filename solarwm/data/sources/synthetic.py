@@ -468,8 +468,9 @@ def assign_defects(clips: int, bad_fraction: float, seed: int) -> dict[int, str]
     return {i: DEFECTS[order[j % len(DEFECTS)]] for j, i in enumerate(chosen)}
 
 
-def build_clip(spec: SynthSpec, index: int, defect: str | None = None,
-               with_depth: bool = False) -> tuple[Any, dict[str, Any]]:
+def build_clip(
+    spec: SynthSpec, index: int, defect: str | None = None, with_depth: bool = False
+) -> tuple[Any, dict[str, Any]]:
     """Render clip ``index`` (optionally with a deliberate ``defect``) → (Clip, extras).
 
     Extras: ``render_s`` (seconds) and, with ``with_depth``, ``depth`` float32 ``[F, H, W]``: the true
@@ -480,8 +481,13 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None,
     extra = 1 if defect == "count_mismatch" else 0
     rng, traj, world_rng, world_path = _clip_trajectory(spec, index, spec.frames + extra)
     if defect == "static_camera":
-        traj = T.Trajectory(np.repeat(traj.c2w[:1], len(traj), 0), np.repeat(traj.K[:1], len(traj), 0),
-                            traj.fps, traj.width, traj.height)
+        traj = T.Trajectory(
+            np.repeat(traj.c2w[:1], len(traj), 0),
+            np.repeat(traj.K[:1], len(traj), 0),
+            traj.fps,
+            traj.width,
+            traj.height,
+        )
     if defect == "fov_out_of_range":
         fov = 150.0 if rng.random() < 0.5 else 12.0
         f = spec.width / (2.0 * math.tan(math.radians(fov) / 2.0))
@@ -523,7 +529,10 @@ def build_clip(spec: SynthSpec, index: int, defect: str | None = None,
         provenance["defect"] = defect
     clip = Clip(
         clip_id=clip_id(OWNER, provenance["original_id"], 0, spec.frames),
-        frames=frames, c2w=c2w, K=K, caption=caption,
+        frames=frames,
+        c2w=c2w,
+        K=K,
+        caption=caption,
         meta={"fps": float(spec.fps), "width": spec.width, "height": spec.height, "num_frames": spec.frames},
         provenance=provenance,
     )
@@ -548,8 +557,10 @@ def _is_done(folder: Path, spec: SynthSpec, defect: str | None) -> bool:
         prov.get("versions", {}).get(OWNER) == RENDERER_VERSION
         and prov.get("defect") == defect
         and prov.get("frame_interval") == [0, spec.frames]
-        and meta.get("width") == spec.width and meta.get("height") == spec.height
-        and meta.get("fps") is not None and abs(float(meta["fps"]) - spec.fps) < 1e-6
+        and meta.get("width") == spec.width
+        and meta.get("height") == spec.height
+        and meta.get("fps") is not None
+        and abs(float(meta["fps"]) - spec.fps) < 1e-6
     )
     # Broken clips fail validation by design; their files and labels are what we check.
     return same and (defect is not None or not validate_clip(folder))
@@ -568,14 +579,29 @@ def _synth_one(args: tuple[SynthSpec, int, str | None, str, bool]) -> dict[str, 
     write_clip(clip, out, validate=defect is None)
     if with_depth:  # a sidecar: the true depth the oracle depth model answers with (estimators.depth)
         np.save(folder / "depth.npy", timing["depth"])
-    return {"index": index, "status": "written", "defect": defect,
-            "render_s": timing["render_s"], "write_s": time.perf_counter() - t0}
+    return {
+        "index": index,
+        "status": "written",
+        "defect": defect,
+        "render_s": timing["render_s"],
+        "write_s": time.perf_counter() - t0,
+    }
 
 
 def synth_corpus(
-    out: str | Path, clips: int = 16, frames: int = 33, width: int = 64, height: int = 64,
-    fps: float = 16.0, seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
-    executor: str = "process", ray_address: str | None = None, motion: str = "mixed", views: int = 1,
+    out: str | Path,
+    clips: int = 16,
+    frames: int = 33,
+    width: int = 64,
+    height: int = 64,
+    fps: float = 16.0,
+    seed: int = 0,
+    bad_fraction: float = 0.0,
+    workers: int = 1,
+    executor: str = "process",
+    ray_address: str | None = None,
+    motion: str = "mixed",
+    views: int = 1,
     depth: bool = False,
 ) -> dict[str, Any]:
     """Render ``clips`` canonical clips of owner ``synthetic`` into ``out`` on ``executor``; returns a summary dict."""
@@ -611,9 +637,19 @@ def synth_corpus(
     for label in defects.values():
         defect_counts[label] = defect_counts.get(label, 0) + 1
     return {
-        "out": str(out), "owner": OWNER, "renderer": RENDERER_VERSION, "seed": seed, "motion": motion, "views": views,
-        "clips": clips, "frames": frames, "width": width, "height": height, "fps": float(fps),
-        "written": len(written), "skipped": len(records) - len(written),
+        "out": str(out),
+        "owner": OWNER,
+        "renderer": RENDERER_VERSION,
+        "seed": seed,
+        "motion": motion,
+        "views": views,
+        "clips": clips,
+        "frames": frames,
+        "width": width,
+        "height": height,
+        "fps": float(fps),
+        "written": len(written),
+        "skipped": len(records) - len(written),
         "defects": defect_counts,
         "wall_s": round(wall, 3),
         "render_s": round(sum(r["render_s"] for r in written), 3),
@@ -622,9 +658,18 @@ def synth_corpus(
 
 
 def synth_command(
-    out: str, clips: int = 16, frames: int = 33, size: str = "64x64", fps: float = 16.0,
-    seed: int = 0, bad_fraction: float = 0.0, workers: int = 1,
-    executor: str = "process", ray_address: str | None = None, motion: str = "mixed", views: int = 1,
+    out: str,
+    clips: int = 16,
+    frames: int = 33,
+    size: str = "64x64",
+    fps: float = 16.0,
+    seed: int = 0,
+    bad_fraction: float = 0.0,
+    workers: int = 1,
+    executor: str = "process",
+    ray_address: str | None = None,
+    motion: str = "mixed",
+    views: int = 1,
     depth: bool = False,
 ) -> int:
     """Render procedurally generated worlds with exact metric cameras as canonical clips.
@@ -647,7 +692,8 @@ def synth_command(
             input of the oracle depth model (ingest --depth_model oracle:DIR).
     """
     width, height = parse_size(size)
-    summary = synth_corpus(out, clips, frames, width, height, fps, seed, bad_fraction, workers, executor, ray_address,
-                           motion, views, depth)
+    summary = synth_corpus(
+        out, clips, frames, width, height, fps, seed, bad_fraction, workers, executor, ray_address, motion, views, depth
+    )
     print(json.dumps(summary, sort_keys=True))
     return 0

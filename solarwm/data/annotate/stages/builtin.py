@@ -160,14 +160,28 @@ def _libs(*names: str) -> str:
 
 
 _CAMERA_KEYS = {
-    "camera.finite": BOOL, "camera.pose_units": TEXT,  # "metric" or "relative" (up to scale)
-    **dict.fromkeys(("camera.fov_x_min", "camera.fov_x_max", "camera.fov_y_min", "camera.fov_y_max",
-                     "camera.focal_div_max", "camera.scale_cov"), NUMBER),
+    "camera.finite": BOOL,
+    "camera.pose_units": TEXT,  # "metric" or "relative" (up to scale)
+    **dict.fromkeys(
+        (
+            "camera.fov_x_min",
+            "camera.fov_x_max",
+            "camera.fov_y_min",
+            "camera.fov_y_max",
+            "camera.focal_div_max",
+            "camera.scale_cov",
+        ),
+        NUMBER,
+    ),
 }
 _VLM_KEYS = {  # Table 2's captioner: Q, R, T, E of Table 3
-    "caption": TEXT, "metrics.vlm_quality": NUMBER, "metrics.vlm_reject_flags": STR_LIST,
-    "metrics.vlm_transition_count": NUMBER, "metrics.vlm_transition_label": TEXT,
-    "metrics.vlm_entity_density": NUMBER, "metrics.vlm_scene_type": TEXT,
+    "caption": TEXT,
+    "metrics.vlm_quality": NUMBER,
+    "metrics.vlm_reject_flags": STR_LIST,
+    "metrics.vlm_transition_count": NUMBER,
+    "metrics.vlm_transition_label": TEXT,
+    "metrics.vlm_entity_density": NUMBER,
+    "metrics.vlm_scene_type": TEXT,
 }
 
 for _stage in (
@@ -177,24 +191,60 @@ for _stage in (
     Stage("cuts", run_cuts, lambda c: "1/" + _libs("scenedetect"), {"metrics.scene_cuts": NUMBER}),  # J
     # 2: torch/OpenCV/BLAS pinned to one thread (runner.annotate_clip); 1 varied with the worker's threads.
     # metrics.flow_dis: DIS optical-flow magnitude, the CPU stand-in for U = metrics.unimatch.
-    Stage("flow", run_flow, lambda c: "2/" + _libs("opencv")
-          + (f"/unimatch:{Path(c.unimatch_checkpoint).name}" if c.unimatch_checkpoint else ""),
-          {"metrics.flow_dis": NUMBER, "metrics.unimatch": NUMBER},
-          options=(Option("unimatch_checkpoint", str | None, None,
-                          "local UniMatch/GMFlow checkpoint; adds metrics.unimatch to the flow stage."),),
-          check=check_flow),
-    Stage("dover", run_dover, lambda c: "1" + (f"/dover:{Path(c.dover_checkpoint).name}" if c.dover_checkpoint else ""),
-          {"metrics.dover_tech": NUMBER, "metrics.dover_aes": NUMBER},  # D = their mean
-          options=(Option("dover_checkpoint", str | None, None, "local DOVER weights (DOVER.pth); enables the dover stage."),
-                   Option("dover_options", str | None, None, "DOVER's option file (dover.yml), required with dover_checkpoint.")),
-          check=check_dover, enabled_by_default=lambda c: bool(c.dover_checkpoint)),
-    Stage("vlm", run_vlm, lambda c: "1" + (f"/{c.vlm_model or ''}" if c.vlm_endpoint else ""), _VLM_KEYS,
-          options=(Option("vlm_endpoint", str | None, None,
-                          "OpenAI-compatible base URL (POST {endpoint}/chat/completions); enables the vlm stage."),
-                   Option("vlm_model", str | None, None, "model name sent to the endpoint."),
-                   Option("vlm_api_key_env", str, "SOLARWM_VLM_API_KEY",
-                          "environment variable holding the API key (the key is never written anywhere)."),
-                   Option("vlm_max_retries", int, 2, "re-asks after an invalid reply, with the validation error fed back.")),
-          check=check_vlm, enabled_by_default=lambda c: bool(c.vlm_endpoint)),
+    Stage(
+        "flow",
+        run_flow,
+        lambda c: (
+            "2/" + _libs("opencv") + (f"/unimatch:{Path(c.unimatch_checkpoint).name}" if c.unimatch_checkpoint else "")
+        ),
+        {"metrics.flow_dis": NUMBER, "metrics.unimatch": NUMBER},
+        options=(
+            Option(
+                "unimatch_checkpoint",
+                str | None,
+                None,
+                "local UniMatch/GMFlow checkpoint; adds metrics.unimatch to the flow stage.",
+            ),
+        ),
+        check=check_flow,
+    ),
+    Stage(
+        "dover",
+        run_dover,
+        lambda c: "1" + (f"/dover:{Path(c.dover_checkpoint).name}" if c.dover_checkpoint else ""),
+        {"metrics.dover_tech": NUMBER, "metrics.dover_aes": NUMBER},  # D = their mean
+        options=(
+            Option("dover_checkpoint", str | None, None, "local DOVER weights (DOVER.pth); enables the dover stage."),
+            Option(
+                "dover_options", str | None, None, "DOVER's option file (dover.yml), required with dover_checkpoint."
+            ),
+        ),
+        check=check_dover,
+        enabled_by_default=lambda c: bool(c.dover_checkpoint),
+    ),
+    Stage(
+        "vlm",
+        run_vlm,
+        lambda c: "1" + (f"/{c.vlm_model or ''}" if c.vlm_endpoint else ""),
+        _VLM_KEYS,
+        options=(
+            Option(
+                "vlm_endpoint",
+                str | None,
+                None,
+                "OpenAI-compatible base URL (POST {endpoint}/chat/completions); enables the vlm stage.",
+            ),
+            Option("vlm_model", str | None, None, "model name sent to the endpoint."),
+            Option(
+                "vlm_api_key_env",
+                str,
+                "SOLARWM_VLM_API_KEY",
+                "environment variable holding the API key (the key is never written anywhere).",
+            ),
+            Option("vlm_max_retries", int, 2, "re-asks after an invalid reply, with the validation error fed back."),
+        ),
+        check=check_vlm,
+        enabled_by_default=lambda c: bool(c.vlm_endpoint),
+    ),
 ):
     register_stage(_stage)
