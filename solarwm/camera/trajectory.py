@@ -27,6 +27,8 @@ from solarwm.camera.se3 import check_se3
 from solarwm.util.atomic import atomic_path, atomic_write_text
 
 TRAJECTORY_FORMAT = "solarwm.trajectory/1"
+#: The largest image side (pixels) a trajectory may declare: a replay generates frames of that size.
+MAX_IMAGE_SIDE = 8192
 
 
 @dataclass
@@ -50,6 +52,9 @@ class Trajectory:
             raise ValueError(f"trajectory fps must be a finite number > 0, got {self.fps}")
         if not (self.width >= 1 and self.height >= 1):
             raise ValueError(f"trajectory image size must be at least 1x1 pixels, got {self.width}x{self.height}")
+        if self.width > MAX_IMAGE_SIDE or self.height > MAX_IMAGE_SIDE:
+            raise ValueError(f"trajectory image size {self.width}x{self.height} is above the largest side, "
+                             f"{MAX_IMAGE_SIDE} pixels")
 
     def __len__(self) -> int:
         return len(self.c2w)

@@ -11,6 +11,8 @@ from typing import Any
 import av
 import numpy as np
 
+from solarwm.util.atomic import unique_suffix
+
 
 class VideoError(ValueError):
     """A video could not be decoded or encoded; the message names the file."""
@@ -97,7 +99,7 @@ class VideoWriter:
 
     def __init__(self, path: str | Path, fps: float, crf: int = 18) -> None:
         self.path = Path(path)
-        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._tmp = self.path.with_name(f".{self.path.name}.{unique_suffix()}.tmp")
         try:
             self._container = av.open(str(self._tmp), mode="w", format="mp4")
         except av.error.FFmpegError as e:
@@ -119,8 +121,14 @@ class VideoWriter:
         except av.error.FFmpegError as e:
             raise VideoError(f"{self.path}: cannot encode video: {e}") from e
 
-    def close(self) -> Path:
-        """Flush the encoder and move the finished file into place; on failure no file appears."""
+    @property
+    def temporary(self) -> Path:
+        """The file the frames go to until ``close`` moves it into place."""
+        return self._tmp
+
+    def close(self, keep_on_error: bool = False) -> Path:
+        """Flush the encoder and move the finished file into place; on failure no file appears at ``path``, and
+        the temporary file is removed unless ``keep_on_error`` (then it holds what was encoded)."""
         if self._closed:
             return self.path
         try:
@@ -129,12 +137,22 @@ class VideoWriter:
             self._closed = True
             self._tmp.replace(self.path)
         except av.error.FFmpegError as e:
-            self.abort()
+            self._fail(keep_on_error)
             raise VideoError(f"{self.path}: cannot encode video: {e}") from e
         except BaseException:
-            self.abort()
+            self._fail(keep_on_error)
             raise
         return self.path
+
+    def _fail(self, keep: bool) -> None:
+        if not keep:
+            self.abort()
+        elif not self._closed:
+            self._closed = True
+            try:
+                self._container.close()
+            except Exception:  # the caller's error is the one that matters; what reached the file stays
+                pass
 
     def abort(self) -> None:
         """Drop everything written so far: close the encoder and remove the temporary file."""

@@ -13,6 +13,7 @@ observation is the first frame itself. ``render_mode="rgb_array"``: ``render()``
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -44,15 +45,27 @@ class WorldModelEnv(gymnasium.Env):
         render_mode: str | None = "rgb_array",
     ) -> None:
         from solarwm.loading import DEFAULT_CAPTION, DEFAULT_FIRST_FRAME, default_solver, load_causal
+        from solarwm.play.settings import SettingsError, check_world
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"WorldModelEnv: render_mode must be 'rgb_array' or None, got {render_mode!r}")
+        caption = DEFAULT_CAPTION if caption is None else caption
+        try:  # the checks of `solarwm play`, before any weights are read
+            check_world(caption=caption, seed=seed, num_steps=num_steps, fps=fps, fov=fov, width=width, height=height)
+            for name, value in (("max_speed", max_speed), ("max_angular", max_angular)):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                    raise SettingsError(f"{name} must be a finite number > 0, got {value!r}")
+            if max_blocks is not None and (isinstance(max_blocks, bool) or not isinstance(max_blocks, int)
+                                           or max_blocks < 1):
+                raise SettingsError(f"max_blocks must be None or an integer >= 1, got {max_blocks!r}")
+        except SettingsError as e:
+            raise SettingsError(f"WorldModelEnv: {e}") from None
         self.render_mode = render_mode
         self.model = load_causal(adapter)
         self.size = (width, height)
-        self.caption = DEFAULT_CAPTION if caption is None else caption
+        self.caption = caption
         self.image = self._image(DEFAULT_FIRST_FRAME if first_frame is None else first_frame)
-        self.base_seed, self.num_steps, self.fps, self.fov = int(seed), num_steps, float(fps), float(fov)
+        self.base_seed, self.num_steps, self.fps, self.fov = int(seed), int(num_steps), float(fps), float(fov)
         self.max_blocks = max_blocks
         self.metadata = dict(self.metadata, render_fps=self.fps)
         self.solver = default_solver(self.model)
@@ -64,35 +77,56 @@ class WorldModelEnv(gymnasium.Env):
         self.last = self.image
 
     def _image(self, first_frame: str | np.ndarray) -> np.ndarray:
+        """The first frame as uint8 ``[H, W, 3]``, of a size the route can generate; raises ``ValueError``."""
         from solarwm.loading import load_first_frame
+        from solarwm.play.settings import SettingsError, check_frame_size
 
         if isinstance(first_frame, np.ndarray):
             if first_frame.dtype != np.uint8 or first_frame.ndim != 3 or first_frame.shape[2] != 3:
                 raise ValueError(f"WorldModelEnv: first_frame arrays must be uint8 [H, W, 3], got "
                                  f"{first_frame.dtype} {list(first_frame.shape)}")
-            return first_frame
-        return load_first_frame(str(first_frame), *self.size)
+            image = first_frame
+        elif isinstance(first_frame, (str, Path)):
+            image = load_first_frame(str(first_frame), *self.size)
+        else:
+            raise ValueError(f"WorldModelEnv: first_frame must be a path or a uint8 array, got {type(first_frame).__name__}")
+        try:
+            check_frame_size(self.model, *image.shape[:2])
+        except SettingsError as e:
+            raise SettingsError(f"WorldModelEnv: {e}") from None
+        return image
 
-    def _K(self) -> np.ndarray:
-        h, w = self.image.shape[:2]
+    def _K(self, image: np.ndarray) -> np.ndarray:
+        h, w = image.shape[:2]
         f = w / (2.0 * np.tan(np.radians(self.fov) / 2.0))
         return np.array([f, f, w / 2.0, h / 2.0])
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        """A new world from ``options``' ``first_frame``/``caption`` (else the current ones), noise ``seed``."""
+        """A new world from ``options``' ``first_frame``/``caption`` (else the current ones), noise ``seed``.
+
+        All or nothing: every option is checked and the new world built before the environment changes, so a
+        failed reset leaves the previous world as it was."""
+        from solarwm.play.settings import SettingsError, check_caption, check_seed
         from solarwm.rollout.session import RolloutSession
 
-        super().reset(seed=seed)
         options = options or {}
+        unknown = set(options) - {"first_frame", "caption"}
+        if unknown:
+            raise ValueError(f"WorldModelEnv: unknown reset options {sorted(unknown)} (first_frame, caption)")
+        image = self.image
         if "first_frame" in options:
             image = self._image(options["first_frame"])
             if image.shape != self.observation_space.shape:
                 raise ValueError(f"WorldModelEnv: first_frame is {list(image.shape)}, the space {list(self.observation_space.shape)}")
-            self.image = image
-        self.caption = options.get("caption", self.caption)
-        world_seed = self.base_seed if seed is None else int(seed)
-        self.session = RolloutSession(self.model, self.image, self.caption, self._K(), self.fps, world_seed,
-                                      self.num_steps, self.solver)
+        try:
+            caption = check_caption(options.get("caption", self.caption))
+            world_seed = self.base_seed if seed is None else check_seed(seed)
+        except SettingsError as e:
+            raise SettingsError(f"WorldModelEnv: {e}") from None
+        session = RolloutSession(self.model, image, caption, self._K(image), self.fps, world_seed, self.num_steps,
+                                 self.solver)
+        super().reset(seed=seed)
+        self.image, self.caption, self.session = image, caption, session
         self.controller = CameraController(self.fps)
         self.last = self.image
         return self.image.copy(), {"frames": self.image[None].copy(), "c2w": np.eye(4)[None]}

@@ -8,9 +8,12 @@ drives all of that block's frames, so control latency is one block.
 
 The server paces generation to real time: it starts a block only when the client has less than one block
 of frames left to show, so a command waits at most one block (plus the block's generation) and a fast
-machine does not run ahead of the viewer. Safe by default: 127.0.0.1, at most ``max_sessions`` worlds at
-once (another client gets ``{"type": "error", "message": "busy: ..."}``), a disconnect frees its world
-after the block in flight, and Ctrl-C finishes every recording.
+machine does not run ahead of the viewer; the clock runs on across a reset. Safe by default: 127.0.0.1, the
+``Host``/``Origin``/token rules of ``solarwm.play.access``, at most ``max_sessions`` worlds at once (another
+client gets ``{"type": "error", "message": "busy: ..."}``), the limits below on what one client can make the
+server do, a disconnect frees its world after the block in flight, and Ctrl-C finishes every recording.
+Worlds share one model, whose forward keeps per-call state on its modules, so the model runs one world's
+call at a time (``WorldServer.model_lock``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import asyncio
 import contextlib
 import io
 import json
+import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +34,19 @@ import numpy as np
 from fastapi import WebSocket  # at module level: FastAPI resolves the endpoint's annotation here
 
 from solarwm.camera.controller import CameraController, ControlError, check_twist
+from solarwm.play.access import Access, access_for, guard
+from solarwm.play.recording import Recorder, RecordBudget
 
 STATIC = Path(__file__).parent / "static"
+log = logging.getLogger("solarwm.play")
+#: Resets one connection may ask for; later ones get an error and change nothing.
+MAX_RESETS = 100
+#: The longest client message (characters) that is parsed; a longer one gets an error.
+MAX_MESSAGE_CHARS = 4096
+#: The largest WebSocket message the transport takes (bytes); a larger one closes the connection (code 1009).
+MAX_WS_MESSAGE_BYTES = 1 << 20
+#: Bytes all recordings of one server may hold together; recording stops after the block that crosses it.
+MAX_RECORDED_BYTES = 8 << 30
 
 
 class PlayError(ValueError):
@@ -42,7 +58,7 @@ class WorldSpec:
     """Everything a new world is built from (one per server)."""
 
     adapter: Any  # the loaded causal route adapter
-    adapter_path: str
+    model: dict[str, Any]  # what session.json records about the weights (``recording.model_record``)
     first_frame: np.ndarray  # uint8 [H, W, 3] at the generated size: exactly what the session uses
     caption: str
     seed: int
@@ -74,11 +90,14 @@ class WorldSpec:
 
 
 def parse_message(text: str, max_speed: float, max_angular: float) -> dict[str, Any]:
-    """One client message, checked: ``move`` (with its twist), ``reset``, ``pause`` or ``resume``; raises ``ControlError``."""
+    """One client message, checked: ``move`` (with its twist), ``reset``, ``pause`` or ``resume``; raises
+    ``ControlError`` for anything else, whatever the input."""
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise ControlError(f"message has {len(text)} characters, at most {MAX_MESSAGE_CHARS}")
     try:
         message = json.loads(text, parse_constant=lambda c: float("nan"))
-    except (json.JSONDecodeError, ValueError):
-        raise ControlError("message is not JSON") from None
+    except (ValueError, RecursionError):  # JSONDecodeError, or nesting deeper than the parser's recursion
+        raise ControlError("message is not JSON (or nested too deeply)") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ControlError('message must be a JSON object with a "type"')
     kind = message["type"]
@@ -87,7 +106,10 @@ def parse_message(text: str, max_speed: float, max_angular: float) -> dict[str, 
             value = message.get(key)
             if not (isinstance(value, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
                 raise ControlError(f'move needs "{key}": a list of 3 numbers')
-        twist = check_twist(message["velocity"], message["angular"], max_speed, max_angular)
+        try:
+            twist = check_twist(message["velocity"], message["angular"], max_speed, max_angular)
+        except OverflowError:  # an integer beyond float range
+            raise ControlError("velocity and angular must be finite numbers") from None
         return {"type": "move", "twist": twist}
     if kind in ("reset", "pause", "resume"):
         return {"type": kind}
@@ -110,33 +132,39 @@ class _Client:
     twist: np.ndarray = field(default_factory=lambda: np.zeros(6))
     running: asyncio.Event = field(default_factory=asyncio.Event)
     reset: bool = False
+    resets: int = 0
     gone: bool = False
 
 
 class WorldServer:
-    """The ASGI app of ``solarwm play`` around one ``WorldSpec``; ``app`` is the FastAPI application."""
+    """The ASGI app of ``solarwm play`` around one ``WorldSpec``; ``app`` is the application behind the access
+    rules (``access``, default: a loopback bind), ``api`` the FastAPI application inside it."""
 
-    def __init__(self, spec: WorldSpec, max_sessions: int = 1) -> None:
+    def __init__(self, spec: WorldSpec, max_sessions: int = 1, access: Access | None = None,
+                 max_recorded_bytes: int = MAX_RECORDED_BYTES) -> None:
         from fastapi import FastAPI
         from fastapi.responses import FileResponse, JSONResponse
 
         if max_sessions < 1:
             raise PlayError(f"max_sessions must be >= 1, got {max_sessions}")
         self.spec, self.max_sessions = spec, max_sessions
+        self.access = access if access is not None else access_for("127.0.0.1")
         self.active = 0
-        self.worlds = 0  # worlds started (names the recording folders)
-        self.recorders: set[Any] = set()
+        self.recorders: set[Recorder] = set()
+        self.budget = RecordBudget(max_recorded_bytes)
+        self.model_lock = threading.Lock()  # one model call at a time: worlds share the model's modules
+
         @contextlib.asynccontextmanager
         async def lifespan(app: Any) -> Any:
             yield
             self.close_recordings()  # server shutdown (Ctrl-C): every mp4 is finished
 
-        self.app = FastAPI(title="solarwm play", lifespan=lifespan)
-        self.app.add_api_route("/", lambda: FileResponse(STATIC / "index.html", media_type="text/html"), methods=["GET"])
-        self.app.add_api_route("/config.json", lambda: JSONResponse(self.config()), methods=["GET"])
-
-        self.app.add_api_websocket_route("/ws", self.serve)
-
+        # No /docs, /redoc or /openapi.json: the server has three routes and exposes nothing else.
+        self.api = FastAPI(title="solarwm play", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+        self.api.add_api_route("/", lambda: FileResponse(STATIC / "index.html", media_type="text/html"), methods=["GET"])
+        self.api.add_api_route("/config.json", lambda: JSONResponse(self.config()), methods=["GET"])
+        self.api.add_api_websocket_route("/ws", self.serve)
+        self.app = guard(self.api, self.access)
 
     def config(self) -> dict[str, Any]:
         """What the page needs: target fps, frames per block, frame size, speeds and limits."""
@@ -153,29 +181,29 @@ class WorldServer:
     def close_recordings(self) -> None:
         """Finish every open recording (server shutdown, Ctrl-C)."""
         for recorder in list(self.recorders):
-            recorder.close()
-            self.recorders.discard(recorder)
+            self._end_world(recorder)
 
-    def _new_world(self) -> tuple[Any, CameraController, Any]:
-        """A session, its controller and (with ``--record``) its recorder: the first world in DIR, later ones in
-        DIR/world-<k>."""
-        from solarwm.play.recording import Recorder
-
-        session = self.spec.new_session()
+    def _new_world(self) -> tuple[Any, CameraController, Recorder | None]:
+        """A session, its controller and (with ``--record``) its recorder, which makes the world's folder at its
+        first block."""
+        with self.model_lock:
+            session = self.spec.new_session()
         controller = CameraController(self.spec.fps, smoothing=self.spec.smoothing)
         recorder = None
         if self.spec.record is not None:
-            root = Path(self.spec.record)
-            folder = root if self.worlds == 0 else root / f"world-{self.worlds}"
-            recorder = Recorder(folder, session, self.spec.adapter_path, self.spec.first_frame)
+            recorder = Recorder(self.spec.record, session, self.spec.model, self.spec.first_frame, self.budget)
             self.recorders.add(recorder)
-        self.worlds += 1
         return session, controller, recorder
 
-    def _end_world(self, recorder: Any) -> None:
+    def _step(self, session: Any, cameras: np.ndarray) -> np.ndarray:
+        with self.model_lock:
+            return session.step(cameras)
+
+    def _end_world(self, recorder: Recorder | None) -> None:
+        """Finish a world's recording (never raises: a failure is one log line)."""
         if recorder is not None:
-            recorder.close()
             self.recorders.discard(recorder)
+            recorder.close()
 
     async def _receive(self, websocket: Any, client: _Client) -> None:
         """Read client messages until it disconnects; a bad one gets an error message and changes nothing."""
@@ -189,8 +217,11 @@ class WorldServer:
                     if text is None:
                         raise ControlError("messages must be JSON text, not binary")
                     parsed = parse_message(text, self.spec.max_speed, self.spec.max_angular)
-                except ControlError as e:
-                    await websocket.send_json({"type": "error", "message": str(e)})
+                    if parsed["type"] == "reset" and client.resets >= MAX_RESETS:
+                        raise ControlError(f"reset refused: a connection may reset at most {MAX_RESETS} times")
+                except Exception as e:  # whatever one message raises, the world goes on
+                    why = str(e) if isinstance(e, ControlError) else f"message not understood ({type(e).__name__})"
+                    await websocket.send_json({"type": "error", "message": why})
                     continue
                 if parsed["type"] == "move":
                     client.twist = parsed["twist"]
@@ -199,6 +230,7 @@ class WorldServer:
                 elif parsed["type"] == "resume":
                     client.running.set()
                 else:
+                    client.resets += 1
                     client.reset = True
                     client.running.set()
         except Exception:  # a broken connection ends the world like a disconnect
@@ -219,38 +251,36 @@ class WorldServer:
         client = _Client()
         client.running.set()
         receiver = asyncio.create_task(self._receive(websocket, client))
-        recorder = None
+        world: list[Any] = [None]  # the current world's recorder, also after a reset
         try:
-            session, controller, recorder = await asyncio.to_thread(self._new_world)
-            await self._stream(websocket, client, session, controller, recorder)
+            await self._stream(websocket, client, world)
         except Exception as e:  # the world ends; the server goes on
+            log.warning("solarwm play: a world stopped: %s: %s", type(e).__name__, e)
             if not client.gone:
-                try:
+                with contextlib.suppress(Exception):
                     await websocket.send_json({"type": "error", "message": f"world stopped: {e}"})
-                except Exception:
-                    pass
         finally:
-            self._end_world(recorder)
+            self.active -= 1  # first: nothing below may keep the slot
             receiver.cancel()
-            self.active -= 1
-            try:
+            await asyncio.to_thread(self._end_world, world[0])
+            with contextlib.suppress(Exception):
                 await websocket.close()
-            except Exception:
-                pass
 
-    async def _stream(self, websocket: Any, client: _Client, session: Any, controller: CameraController,
-                      recorder: Any) -> None:
+    async def _stream(self, websocket: Any, client: _Client, world: list[Any]) -> None:
         spec = self.spec
-        t0, shown = time.perf_counter(), 0  # the client's playback clock: frames sent vs wall time
+        session, controller, world[0] = await asyncio.to_thread(self._new_world)
+        # The client's playback clock: frames sent against wall time. It runs on across resets, so a reset
+        # cannot make the server generate faster than the client plays.
+        t0, shown = time.perf_counter(), 0
         while True:
             await client.running.wait()
             if client.gone:
                 return
             if client.reset:
                 client.reset = False
-                self._end_world(recorder)
-                session, controller, recorder = await asyncio.to_thread(self._new_world)
-                t0, shown = time.perf_counter(), 0
+                recorder, world[0] = world[0], None
+                await asyncio.to_thread(self._end_world, recorder)
+                session, controller, world[0] = await asyncio.to_thread(self._new_world)
             block = session.next_block_frames
             # Pace to real time: start a block once the client has at most one block of frames left to show.
             ahead = shown / spec.fps - (time.perf_counter() - t0)
@@ -262,10 +292,14 @@ class WorldServer:
             twist = client.twist.copy()  # the twist in force when the block starts drives all its frames
             cameras = controller.frames(block, twist[:3], twist[3:])
             start = time.perf_counter()
-            frames = await asyncio.to_thread(session.step, cameras)
+            frames = await asyncio.to_thread(self._step, session, cameras)
             seconds = time.perf_counter() - start
-            if recorder is not None:
-                await asyncio.to_thread(recorder.write, frames)
+            if world[0] is not None and not await asyncio.to_thread(world[0].write, frames):
+                recorder, world[0] = world[0], None
+                await asyncio.to_thread(self._end_world, recorder)
+                if not client.gone:
+                    await websocket.send_json({"type": "error", "message": "recording stopped: the recordings of "
+                                               f"this server reached their limit of {self.budget.limit} bytes"})
             if client.gone:
                 return
             for frame in frames:

@@ -8,9 +8,16 @@ by it (matplotlib's ``savefig``).
 from __future__ import annotations
 
 import os
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+
+def unique_suffix() -> str:
+    """A temporary-name part no other writer has: the process id (which process left it) and a random part
+    (two writers of one process, or a process id reused after a crash, never share a temporary)."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 @contextmanager
@@ -18,7 +25,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path`` (parents created); on success it replaces ``path``, on error it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
+    tmp = path.with_name(f".{path.name}.tmp{unique_suffix()}{path.suffix}")
     try:
         yield tmp
         os.replace(tmp, path)

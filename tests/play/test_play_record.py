@@ -59,17 +59,19 @@ def test_a_recorded_world_replays_exactly_and_ctrl_c_leaves_complete_files(tmp_p
     finally:
         server.stop()
 
-    for folder in (record, record / "world-1"):
+    assert sorted(p.name for p in record.iterdir()) == ["world-0", "world-1"]  # one new folder per world
+    for folder in (record / "world-0", record / "world-1"):
         meta = json.loads((folder / "session.json").read_text())
         assert set(meta) >= {"adapter", "first_frame", "caption", "seed", "num_steps", "solver"}
         traj = load_trajectory(folder / "trajectory.npz")
         video = read_video(folder / "video.mp4")
         assert len(video) == len(traj) >= 9 and video.shape[1:] == (32, 32, 3)
-    meta = json.loads((record / "session.json").read_text())
+    first = record / "world-0"
+    meta = json.loads((first / "session.json").read_text())
     assert meta["seed"] == 11 and meta["num_steps"] == 2 and meta["caption"] == "a hallway"
 
     replay = tmp_path / "replay.mp4"
-    predict(first_frame=meta["first_frame"], trajectory=str(record / "trajectory.npz"), output=str(replay),
+    predict(first_frame=meta["first_frame"], trajectory=str(first / "trajectory.npz"), output=str(replay),
             caption=meta["caption"], adapter=meta["adapter"], seed=meta["seed"], num_steps=meta["num_steps"],
             progress=False)
-    assert np.array_equal(read_video(replay), read_video(record / "video.mp4"))
+    assert np.array_equal(read_video(replay), read_video(first / "video.mp4"))
