@@ -159,13 +159,20 @@ def is_expected_error(exc: BaseException) -> bool:
 def _dispatch(argv: list[str]) -> int:
     if argv[0] in GROUPS:
         return group_main(argv[0], argv[1:])
+    if argv[0] == "predict":
+        from solarwm.util.signals import terminate_unwinds
+
+        with terminate_unwinds():  # SIGTERM cleans up the partial output like Ctrl-C does
+            return int(_load("solarwm.train_cli:main")(argv) or 0)
     if argv[0] in TRAIN_VERBS:
         return int(_load("solarwm.train_cli:main")(argv) or 0)
     if argv[0] in PLAIN_VERBS:
         from jsonargparse import CLI
 
         fn = _load(PLAIN_VERBS[argv[0]][0])
-        return int(CLI(fn, args=_normalise_args(fn, list(argv[1:])), prog=f"solarwm {argv[0]}") or 0)
+        # exit_on_error=False: a bad option is one line from `main`, as for the group verbs.
+        return int(CLI(fn, args=_normalise_args(fn, list(argv[1:])), prog=f"solarwm {argv[0]}",
+                       exit_on_error=False) or 0)
     print(f"solarwm: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 
