@@ -16,6 +16,8 @@
   released stage-2 student is sampled (4 steps, 3-latent blocks, bf16 timesteps) at 480x864 for 81 frames, under
   bf16 autocast with a random Wan2.2 VAE and hashing text: conversion seconds, generated frames per second, peak
   memory. ``--dry-run --official`` runs it at a tiny architecture.
+* ``sequence_parallel`` (``--sequence-parallel``): a stage-1 step per Ulysses sequence-parallel size P at a fixed
+  global batch (``benchmarks/sequence_parallel.py``): step time, peak memory per rank, tokens per second.
 
 Ratios are taken against a baseline measured in the same run; nothing here is compared to a fixed number.
 """
@@ -293,6 +295,12 @@ def main() -> None:
         action="store_true",
         help="also time the published 5B converted from the official layout (a 4-step stage-2 rollout)",
     )
+    parser.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="also a stage-1 step per sequence-parallel size P (benchmarks/sequence_parallel.py: P in {1, 2, 4, 8} "
+        "up to the GPUs present; --dry-run: {1, 2} on 2 CPU processes)",
+    )
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         parser.error("no CUDA device: run with --dry-run for the CPU version")
@@ -320,6 +328,12 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
         result["official"] = official(args.dry_run, device)
+    if args.sequence_parallel:
+        import sequence_parallel
+
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        result["sequence_parallel"] = sequence_parallel.run(args.dry_run, args.steps)
     print(json.dumps(result, allow_nan=True))
 
 
