@@ -42,6 +42,7 @@ CAMERA_VERBS: dict[str, tuple[str, str]] = {
 }
 CONVERT_VERBS: dict[str, tuple[str, str]] = {
     "official": ("solarwm.convert:official_command", "an official SolarWM Wan2.2-5B stage package -> adapter export"),
+    "official-base": ("solarwm.convert:official_base_command", "the official base (original Wan layout) -> diffusers layout"),
 }
 GROUPS: dict[str, dict[str, tuple[str, str]]] = {"data": DATA_VERBS, "camera": CAMERA_VERBS, "convert": CONVERT_VERBS}
 TRAIN_VERBS = ("fit", "validate", "test", "predict")
@@ -61,6 +62,7 @@ def _usage() -> str:
              "       solarwm data <verb> [--help]",
              "       solarwm camera <verb> [--help]",
              "       solarwm convert official PACKAGE --out DIR [--weights ema|live] [--architecture JSON] [--base DIR]",
+             "       solarwm convert official-base BASE --out DIR",
              "       solarwm play [--adapter DIR] [--first_frame IMG] [--caption TEXT] [--port 7860] [--help]",
              "       --debug anywhere: show the traceback of an error instead of one line"]
     for group, verbs in GROUPS.items():
