@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 from fractions import Fraction
 from pathlib import Path
 from typing import Any

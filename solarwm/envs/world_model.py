@@ -89,7 +89,8 @@ class WorldModelEnv(gymnasium.Env):
         elif isinstance(first_frame, (str, Path)):
             image = load_first_frame(str(first_frame), *self.size)
         else:
-            raise ValueError(f"WorldModelEnv: first_frame must be a path or a uint8 array, got {type(first_frame).__name__}")
+            raise ValueError(f"WorldModelEnv: first_frame must be a path or a uint8 array, "
+                             f"got {type(first_frame).__name__}")
         try:
             check_frame_size(self.model, *image.shape[:2])
         except SettingsError as e:
@@ -117,7 +118,8 @@ class WorldModelEnv(gymnasium.Env):
         if "first_frame" in options:
             image = self._image(options["first_frame"])
             if image.shape != self.observation_space.shape:
-                raise ValueError(f"WorldModelEnv: first_frame is {list(image.shape)}, the space {list(self.observation_space.shape)}")
+                raise ValueError(f"WorldModelEnv: first_frame is {list(image.shape)}, "
+                                 f"the space {list(self.observation_space.shape)}")
         try:
             caption = check_caption(options.get("caption", self.caption))
             world_seed = self.base_seed if seed is None else check_seed(seed)

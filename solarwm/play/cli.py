@@ -5,7 +5,14 @@ from __future__ import annotations
 import socket
 import sys
 
-from solarwm.loading import DEFAULT_CAPTION, DEFAULT_FIRST_FRAME, default_solver, load_causal, load_first_frame, shipped_adapter
+from solarwm.loading import (
+    DEFAULT_CAPTION,
+    DEFAULT_FIRST_FRAME,
+    default_solver,
+    load_causal,
+    load_first_frame,
+    shipped_adapter,
+)
 from solarwm.play.server import PlayError, WorldSpec
 from solarwm.play.settings import check_frame_size, check_record_dir, check_world
 

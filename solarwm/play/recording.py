@@ -100,7 +100,8 @@ class Recorder:
 
     def __init__(self, root: str | Path, session: Any, model: dict[str, Any], first_frame: np.ndarray,
                  budget: RecordBudget) -> None:
-        self.root, self.session, self.model, self.first_frame, self.budget = Path(root), session, model, first_frame, budget
+        self.root, self.session, self.model, self.budget = Path(root), session, model, budget
+        self.first_frame = first_frame
         self.directory: Path | None = None
         self.writer: VideoWriter | None = None
         self.size = 0  # bytes this world's files hold (charged to the budget)

@@ -35,7 +35,7 @@ from fastapi import WebSocket  # at module level: FastAPI resolves the endpoint'
 
 from solarwm.camera.controller import CameraController, ControlError, check_twist
 from solarwm.play.access import Access, access_for, guard
-from solarwm.play.recording import Recorder, RecordBudget
+from solarwm.play.recording import RecordBudget, Recorder
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("solarwm.play")
@@ -104,7 +104,9 @@ def parse_message(text: str, max_speed: float, max_angular: float) -> dict[str, 
     if kind == "move":
         for key in ("velocity", "angular"):
             value = message.get(key)
-            if not (isinstance(value, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+            numbers = isinstance(value, list) and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+            if not numbers:
                 raise ControlError(f'move needs "{key}": a list of 3 numbers')
         try:
             twist = check_twist(message["velocity"], message["angular"], max_speed, max_angular)
@@ -161,7 +163,8 @@ class WorldServer:
 
         # No /docs, /redoc or /openapi.json: the server has three routes and exposes nothing else.
         self.api = FastAPI(title="solarwm play", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-        self.api.add_api_route("/", lambda: FileResponse(STATIC / "index.html", media_type="text/html"), methods=["GET"])
+        page = STATIC / "index.html"
+        self.api.add_api_route("/", lambda: FileResponse(page, media_type="text/html"), methods=["GET"])
         self.api.add_api_route("/config.json", lambda: JSONResponse(self.config()), methods=["GET"])
         self.api.add_api_websocket_route("/ws", self.serve)
         self.app = guard(self.api, self.access)

@@ -58,7 +58,8 @@ def check_world(
     *, caption: Any, seed: Any, num_steps: Any, fps: Any, fov: Any, width: Any = None, height: Any = None,
     smoothing: Any = 0.0,
 ) -> None:
-    """Check the settings every world has (play and the environment); raises ``SettingsError`` naming the first bad one."""
+    """Check the settings every world has (play and the environment); raises ``SettingsError`` naming the first
+    bad one."""
     check_caption(caption)
     check_seed(seed)
     _integer("num_steps", num_steps, 1, MAX_NUM_STEPS)

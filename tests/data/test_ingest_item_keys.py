@@ -1,13 +1,15 @@
-"""`solarwm data ingest` keys an item by what it reads, not by its file name; an unknown estimator is refused up front."""
+"""`solarwm data ingest` keys an item by what it reads, not by its file name; an unknown estimator is refused
+up front."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from native_fixtures import world_mp4
 from solarwm.cli import main
 from solarwm.data.contract import iter_clip_dirs, read_meta
 from solarwm.data.sources.ingest import ingest
+
+from native_fixtures import world_mp4
 
 SRC_FPS, N = 30.0, 310  # two 81f windows per video
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from play_fixtures import first_frame_png, tiny_causal_adapter
 from solarwm.envs.world_model import WorldModelEnv
 from solarwm.play.settings import SettingsError
+
+from play_fixtures import first_frame_png, tiny_causal_adapter
 
 ACTION = np.array([0, 0, 1.0, 0, 30.0, 0], dtype=np.float32)
 

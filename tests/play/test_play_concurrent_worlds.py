@@ -1,4 +1,5 @@
-"""Two worlds served at once (``--max_sessions 2``) on one model stay apart: each equals its solo run frame for frame."""
+"""Two worlds served at once (``--max_sessions 2``) on one model stay apart: each equals its solo run, frame
+for frame."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from play_worlds import client, connect, read_block, tiny_spec
 from solarwm.play.server import WorldServer, jpeg
+
+from play_worlds import client, connect, read_block, tiny_spec
 
 BLOCKS = 4
 

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from play_worlds import client, connect, read_block, read_text, tiny_spec
 from solarwm.play.server import MAX_MESSAGE_CHARS, MAX_RESETS, WorldServer
+
+from play_worlds import client, connect, read_block, read_text, tiny_spec
 
 
 @pytest.fixture(scope="module")

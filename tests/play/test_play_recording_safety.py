@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from play_worlds import client, connect, read_block, tiny_spec
-from solarwm.play.recording import Recorder, RecordBudget, allocate_world_folder, sha256_of
+from solarwm.play.recording import RecordBudget, Recorder, allocate_world_folder, sha256_of
 from solarwm.play.server import WorldServer
+
+from play_worlds import client, connect, read_block, tiny_spec
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
-from play_worlds import client, connect, read_block, tiny_spec
-from commands import solarwm_argv
 from solarwm.play.access import access_for
 from solarwm.play.server import WorldServer
+
+from commands import solarwm_argv
+from play_worlds import client, connect, read_block, tiny_spec
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,6 @@ def test_the_command_on_a_public_bind_warns_and_prints_the_token_url(spec, tmp_p
     import urllib.error
     import urllib.request
 
-    from commands import solarwm_argv
     from play_fixtures import free_port
 
     port = free_port()

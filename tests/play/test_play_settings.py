@@ -8,8 +8,9 @@ import socket
 import numpy as np
 import pytest
 
-from play_worlds import tiny_spec
 from solarwm.cli import main
+
+from play_worlds import tiny_spec
 
 
 @pytest.fixture(scope="module")
