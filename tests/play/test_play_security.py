@@ -107,3 +107,25 @@ def test_the_command_on_a_public_bind_warns_and_prints_the_token_url(spec, tmp_p
             process.terminate()
             process.wait(60)
     assert token not in "".join(p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file() and p != log)
+
+
+@pytest.mark.slow
+def test_a_plain_upgrade_from_a_foreign_origin_gets_403_from_the_real_server(spec):
+    import socket
+
+    from play_fixtures import PlayServer
+
+    server = PlayServer(["--adapter", spec.model["adapter"], "--first_frame", spec.model["adapter"] + "/../first.png"])
+    try:
+        def upgrade(origin: str) -> str:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+                s.sendall((f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nUpgrade: websocket\r\n"
+                           "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                           f"Sec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n\r\n").encode())
+                return s.recv(4096).decode("latin-1").splitlines()[0]
+
+        assert " 403 " in upgrade("https://evil.example") + " "
+        assert " 101 " in upgrade(f"http://127.0.0.1:{server.port}") + " "
+    finally:
+        server.stop()
+
