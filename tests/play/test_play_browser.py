@@ -44,7 +44,7 @@ def test_holding_w_walks_forward_at_the_commanded_speed(tmp_path):
         server.stop()
 
     assert errors == [] and frames >= 9 + 12 * 4 and path_points >= frames - 12
-    traj = load_trajectory(record / "trajectory.npz")
+    traj = load_trajectory(record / "world-0" / "trajectory.npz")  # the first world's own folder
     steps = np.linalg.inv(traj.c2w[:-1]) @ traj.c2w[1:]  # per-frame motion in the camera's own axes
     moving = np.linalg.norm(steps[:, :3, 3], axis=1) > 1e-9
     # Holding W: whole blocks at +z, 1.5 m/s at 16 fps; never any other motion.
