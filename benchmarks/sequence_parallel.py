@@ -9,7 +9,7 @@ stage-1 steps (``BidirectionalModule.flow_loss``, backward, the group's gradient
 (one JSON object): seconds per step (median after a warm-up), tokens per second (the sample's tokens / step
 time), and per rank the peak memory: CUDA's peak allocation on a GPU; on the CPU the bytes of the tensors
 autograd saves for the backward (the activations, counted once per storage) and the process's peak resident
-set (``ru_maxrss``, which also holds the interpreter, the libraries and the weights).
+set (``ru_maxrss``, which also holds the interpreter, the libraries and the weights). A CPU rank uses one thread.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ def _worker(rank: int, world: int, init: str, dry_run: bool, steps: int, out: st
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(1)  # one core per rank: P ranks use P cores, as P GPUs would
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     shape = SHAPES["dry_run" if dry_run else "published"]
     torch.manual_seed(0)
