@@ -120,7 +120,5 @@ class Wan22TI2V5BAdapter(WanAdapterBase):
             from solarwm.convert import is_official_base, official_base_cache
 
             if is_official_base(pretrained_path):  # the release's original layout: its diffusers copy, made once
-                default = "wan2.2" if preset == "published" else "tiny"
-                vae_config = config.vae_config if config is not None else default
-                pretrained_path = str(official_base_cache(pretrained_path, vae_config))
+                pretrained_path = str(official_base_cache(pretrained_path))
         super().__init__(config=config, preset=preset, pretrained_path=pretrained_path, device=device, lora=lora)

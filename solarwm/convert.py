@@ -209,10 +209,11 @@ def route_config(arch: dict[str, Any], stage: str, base: Path | None) -> Any:
 
 
 def _check_base(base: str | None) -> Path | None:
-    """``--base``: a diffusers-layout folder with ``vae/``, ``text_encoder/`` and ``tokenizer/`` (or None)."""
+    """``--base``: a diffusers-layout folder with ``vae/``, ``text_encoder/`` and ``tokenizer/`` (or None); the
+    release's base in its original layout is converted once into the cache (``official_base_cache``)."""
     if base is None:
         return None
-    root = Path(base)
+    root = official_base_cache(base, transformer=False) if is_official_base(base) else Path(base)
     missing = [p for p in ("vae/config.json", "text_encoder/config.json", "tokenizer") if not (root / p).exists()]
     if missing:
         raise OfficialCheckpointError(
@@ -371,13 +372,28 @@ def _load_pth(path: Path) -> dict[str, Any]:
     return state
 
 
+def _vae_config_of(state: dict[str, Any], configs: dict[str, dict[str, Any]], source: str) -> str:
+    """The ``VAE_CONFIGS`` key whose base width and latent channels a Wan VAE state has (``wan2.2``: 160 and 48)."""
+    try:
+        width, channels = state["encoder.conv1.weight"].shape[0], state["conv1.weight"].shape[0] // 2
+    except KeyError as e:
+        raise OfficialCheckpointError(f"{source}: not a Wan VAE state (no {e.args[0]})") from e
+    for name, config in configs.items():
+        if (config["base_dim"], config["z_dim"]) == (width, channels):
+            return name
+    raise OfficialCheckpointError(f"{source}: a VAE of width {width} and {channels} channels fits no known config")
+
+
 def convert_official_base(
-    base: str | Path, out: str | Path, architecture: str | None = None, vae_config: str = "wan2.2"
+    base: str | Path, out: str | Path, architecture: str | None = None, vae_config: str | None = None,
+    transformer: bool = True,
 ) -> dict[str, Any]:
     """The release's base folder (original Wan layout) -> a diffusers-layout folder: ``vae/`` (AutoencoderKLWan),
-    ``text_encoder/`` (UMT5EncoderModel), ``tokenizer/`` (copied) and, when the base has one, ``transformer/``.
+    ``text_encoder/`` (UMT5EncoderModel), ``tokenizer/`` (copied) and, when the base has one and ``transformer``,
+    ``transformer/``.
 
-    ``vae_config``: a key of the route's ``VAE_CONFIGS`` (``wan2.2``: the released 48-channel VAE; ``tiny``: tests).
+    ``vae_config``: a key of the route's ``VAE_CONFIGS`` (``wan2.2``: the released VAE; ``tiny48``: tests); default:
+    the one whose sizes the ``.pth`` has.
     """
     import torch
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
@@ -394,11 +410,12 @@ def convert_official_base(
         raise OfficialCheckpointError(f"--out {out} exists; remove it or choose another folder (nothing was written)")
     if not (root / "tokenizer").is_dir():
         raise OfficialCheckpointError(f"{root / 'tokenizer'} missing: not an official base folder")
-    if vae_config not in VAE_CONFIGS:
+    if vae_config is not None and vae_config not in VAE_CONFIGS:
         raise OfficialCheckpointError(f"--vae_config must be one of {sorted(VAE_CONFIGS)}, got {vae_config!r}")
     arch = _architecture(architecture)
-    shards = sorted((root / "transformer").glob("*.safetensors"))
+    shards = sorted((root / "transformer").glob("*.safetensors")) if transformer else []
     vae_state = _load_pth(root / BASE_VAE)
+    vae_config = vae_config or _vae_config_of(vae_state, VAE_CONFIGS, str(root / BASE_VAE))
     t5_state = _load_pth(root / BASE_T5)
     with torch.device("meta"):
         vae = AutoencoderKLWan(**VAE_CONFIGS[vae_config])
@@ -407,7 +424,7 @@ def convert_official_base(
                                           str(root / BASE_VAE)), strict=True, assign=True)
     t5.load_state_dict(convert_t5_state(t5_state, {k: v.shape for k, v in t5.state_dict().items()},
                                         str(root / BASE_T5)), strict=True, assign=True)
-    transformer = None
+    model = None
     if shards:
         state: dict[str, Any] = {}
         for shard in shards:
@@ -419,12 +436,12 @@ def convert_official_base(
         state = strip_model_prefix(state, str(root / "transformer"))
         config = route_config(arch, "bidirectional", None)
         with torch.device("meta"):
-            transformer = WanTransformer3DModel(**config.transformer_kwargs(48, 48))
-        expected = {k: v.shape for k, v in transformer.state_dict().items()}
+            model = WanTransformer3DModel(**config.transformer_kwargs(48, 48))
+        expected = {k: v.shape for k, v in model.state_dict().items()}
         weights, delta = convert_state(state, expected, None, str(root / "transformer"))
         if delta:
             raise OfficialCheckpointError(f"{root / 'transformer'}: a base holds no delta_embedding")
-        transformer.load_state_dict(weights, strict=True, assign=True)
+        model.load_state_dict(weights, strict=True, assign=True)
     record = {"schema": "solarwm.official-base/1", "source": str(root.resolve()), "architecture": arch,
               "vae_config": vae_config,
               "files": {p: (root / p).stat().st_size for p in (BASE_VAE, BASE_T5)}}
@@ -432,29 +449,33 @@ def convert_official_base(
         vae.save_pretrained(tmp / "vae", safe_serialization=True)
         t5.save_pretrained(tmp / "text_encoder", safe_serialization=True)
         shutil.copytree(root / "tokenizer", tmp / "tokenizer")
-        if transformer is not None:
-            transformer.save_pretrained(tmp / "transformer", safe_serialization=True)
+        if model is not None:
+            model.save_pretrained(tmp / "transformer", safe_serialization=True)
         (tmp / "solarwm-base.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return {"output": str(out), "vae": True, "text_encoder": True, "transformer": transformer is not None}
+    return {"output": str(out), "vae": vae_config, "text_encoder": True, "transformer": model is not None}
 
 
-def official_base_cache(base: str | Path, vae_config: str = "wan2.2") -> Path:
+def official_base_cache(base: str | Path, transformer: bool = True) -> Path:
     """The diffusers-layout copy of an official base, converted on first use into ``$SOLARWM_CACHE`` (default
-    ``~/.cache/solarwm``) under a name of the base's path and file sizes; a rerun finds and reuses it."""
+    ``~/.cache/solarwm``) under a name of the base's path and file sizes; a rerun finds and reuses it.
+
+    ``transformer=False`` (``convert official --base``: only the VAE, T5 and tokenizer are used) skips the base's
+    ``transformer/`` and is cached apart.
+    """
     import os
 
     root = Path(base).resolve()
     sizes = [f"{p}:{(root / p).stat().st_size}" for p in (BASE_VAE, BASE_T5) if (root / p).is_file()]
-    stamp = [str(root), vae_config, *sizes]
+    stamp = [str(root), f"transformer={transformer}", *sizes]
     key = hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("SOLARWM_CACHE", Path.home() / ".cache" / "solarwm")) / "official-base" / key
     if not (cache / "solarwm-base.json").is_file():
-        convert_official_base(root, cache, vae_config=vae_config)
+        convert_official_base(root, cache, transformer=transformer)
     return cache
 
 
 def official_base_command(
-    base: str, out: str | None = None, architecture: str | None = None, vae_config: str = "wan2.2"
+    base: str, out: str | None = None, architecture: str | None = None, vae_config: str | None = None
 ) -> int:
     """Convert the release's base folder (original Wan layout) into a diffusers-layout folder.
 
@@ -463,7 +484,7 @@ def official_base_command(
             transformer/*.safetensors).
         out: the folder to write (must not exist; written atomically); usable as pretrained_path and as --base.
         architecture: a JSON object or file of Wan constructor names for transformer/ (default: the published 5B).
-        vae_config: the VAE's size, wan2.2 (the release) or tiny (tests).
+        vae_config: the VAE's size, wan2.2 (the release) or tiny48 (tests); default: read off the .pth.
     """
     if out is None:
         raise OfficialCheckpointError("--out DIR is required")

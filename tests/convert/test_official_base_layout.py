@@ -76,3 +76,21 @@ def test_convert_official_with_base_ships_the_vae(tiny_official_base, tiny_packa
     assert adapter.latent_channels == 48
     video = torch.rand(1, 3, 5, 32, 32) * 2 - 1
     assert adapter.encode(video).shape == (1, 48, 2, 2, 2)
+
+
+def test_convert_official_takes_the_original_base_as_it_is(tiny_official_base, tiny_packages, tmp_path,
+                                                          monkeypatch, capsys) -> None:
+    """``--base`` may be the release's base folder itself: its VAE, T5 and tokenizer are converted once into the
+    cache (the VAE's size read off the .pth, the base's transformer skipped), then shipped and named as above."""
+    monkeypatch.setenv("SOLARWM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "export"
+    assert main(["convert", "official", str(tiny_packages["stage2"]), "--out", str(out), "--architecture",
+                 tiny_packages["architecture"], "--base", str(tiny_official_base["root"])]) == 0
+    meta = read_adapter_json(out)
+    cache = Path(meta["source"]["base"])
+    assert cache.parent == tmp_path / "cache" / "official-base" and not (cache / "transformer").exists()
+    assert json.loads((cache / "solarwm-base.json").read_text())["vae_config"] == "tiny48"
+    adapter = load_adapter(out)
+    assert adapter.encode(torch.rand(1, 3, 5, 32, 32) * 2 - 1).shape == (1, 48, 2, 2, 2)
+    embeds, _ = adapter.text_encoder(["a red room"])
+    assert embeds.shape == (1, 8, 24)
