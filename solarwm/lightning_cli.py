@@ -181,6 +181,8 @@ class SolarCLI(LightningCLI):
         if isinstance(ckpt_path, str) and ckpt_path not in SPECIAL_CKPT_PATHS and not (
             ckpt_path.startswith("registry") or "://" in ckpt_path
         ):
+            if Path(ckpt_path).is_dir() and (Path(ckpt_path) / ".metadata").is_file():
+                return  # a sharded checkpoint (state_dict_type: sharded): the strategy reads its per-rank files
             from solarwm.stages.checkpoints import read_checkpoint
 
             read_checkpoint(ckpt_path, mmap=True)
