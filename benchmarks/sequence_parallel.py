@@ -69,13 +69,15 @@ def _worker(rank: int, world: int, init: str, dry_run: bool, steps: int, out: st
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     shape = SHAPES["dry_run" if dry_run else "published"]
     torch.manual_seed(0)
-    config = Wan22TI2V5BConfig.tiny() if dry_run else dataclasses.replace(Wan22TI2V5BConfig.published(), text_encoder="hashing")
+    published = dataclasses.replace(Wan22TI2V5BConfig.published(), text_encoder="hashing")
+    config = Wan22TI2V5BConfig.tiny() if dry_run else published
     adapter = Wan22TI2V5BAdapter(config=config, device=str(device)).to(device)
     if shape["checkpointing"]:
         adapter.transformer.enable_gradient_checkpointing()
     if world > 1:
         enable_sequence_parallel(adapter, SequenceParallel())
-    module = BidirectionalModule(adapter, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-5), lr_scheduler=None).to(device)
+    module = BidirectionalModule(adapter, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-5), lr_scheduler=None)
+    module = module.to(device)
     module.train()
     optimizer = module.configure_optimizers()["optimizer"]
     params = adapter.trainable_parameters()

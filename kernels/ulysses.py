@@ -30,7 +30,7 @@ class SequenceParallelError(ValueError):
 
 
 def _all_to_all(x: torch.Tensor, group: Any, scatter_dim: int, gather_dim: int) -> torch.Tensor:
-    """Chunk ``x`` along ``scatter_dim``, send chunk ``i`` to rank ``i``, concatenate what arrives along ``gather_dim``."""
+    """Chunk ``x`` along ``scatter_dim``, send chunk ``i`` to rank ``i``, join what arrives along ``gather_dim``."""
     size = dist.get_world_size(group)
     send = torch.stack(x.chunk(size, dim=scatter_dim)).contiguous()
     recv = torch.empty_like(send)
@@ -52,7 +52,7 @@ class _AllToAll(torch.autograd.Function):
 
 
 def all_to_all(x: torch.Tensor, group: Any, scatter_dim: int, gather_dim: int) -> torch.Tensor:
-    """Differentiable all-to-all over ``group``: ``x``'s ``scatter_dim`` is split over the ranks, ``gather_dim`` joined."""
+    """Differentiable all-to-all over ``group``: ``x``'s ``scatter_dim`` split over the ranks, ``gather_dim`` joined."""
     if x.shape[scatter_dim] % dist.get_world_size(group):
         raise SequenceParallelError(
             f"all_to_all: dim {scatter_dim} of {tuple(x.shape)} does not divide by the group's "

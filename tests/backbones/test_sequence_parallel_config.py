@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from routes import RECIPES, published_recipes
 from solarwm.backbones.sequence_parallel import BLOCK_TOKEN_ARGS
 from solarwm.strategies import RouteFSDPStrategy
 from solarwm.train_cli import parse_recipe
+
+from routes import RECIPES, published_recipes
 
 ROUTES = published_recipes()  # recipe prefix -> registered route
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dist_helpers import fit, fit_overlay, logged
-from routes import RECIPES
 
 from solarwm.train_cli import main
+
+from dist_helpers import fit, fit_overlay, logged
+from routes import RECIPES
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -27,7 +28,8 @@ STAGES = {
     "tf": ("tiny_tf.yaml", {"init_from": None, "diffusion_ratio": 0.5, "consistency_ratio": 0.25},
            ["train/loss", "train/flow_loss"], 3),
     # 3 outer steps = 4 optimizer steps (the student updates at outer step 2)
-    "dmd": ("tiny_dmd.yaml", {"init_from": None, "student_update_every": 2}, ["train/critic_loss", "train/student_loss"], 4),
+    "dmd": ("tiny_dmd.yaml", {"init_from": None, "student_update_every": 2},
+            ["train/critic_loss", "train/student_loss"], 4),
 }
 
 
@@ -67,7 +69,8 @@ def test_fsdp_sharded_checkpoint_resumes_exactly(tmp_path, corpus) -> None:
     fit("tiny_bid.yaml", fit_overlay(part, corpus, 2, 1, 2, strategy=SHARDED, data=DATA, trainer=save))
     (checkpoint,) = (tmp_path / "ckpt").glob("*step=2*")
     assert checkpoint.is_dir() and len(list(checkpoint.glob("*.distcp"))) == 2  # one shard file per rank
-    fit("tiny_bid.yaml", fit_overlay(part, corpus, 2, 1, 4, strategy=SHARDED, data=DATA), "--ckpt_path", str(checkpoint))
+    resume = fit_overlay(part, corpus, 2, 1, 4, strategy=SHARDED, data=DATA)
+    fit("tiny_bid.yaml", resume, "--ckpt_path", str(checkpoint))
     uninterrupted, resumed = logged(whole, "train/loss"), logged(part, "train/loss")
     assert sorted(uninterrupted) == [0, 1, 2, 3] and sorted(resumed) == [0, 1, 2, 3], (uninterrupted, resumed)
     _same({s: uninterrupted[s] for s in (2, 3)}, {s: resumed[s] for s in (2, 3)})

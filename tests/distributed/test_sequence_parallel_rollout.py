@@ -10,17 +10,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dist_helpers import spawn
 from solarwm.kernels.ulysses import SequenceParallel
+
+from dist_helpers import spawn
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 
 def _rollout(adapter: torch.nn.Module) -> tuple[torch.Tensor, object]:
     """Decoded video ``[B, 3, F, H, W]`` of a seeded 3-block rollout, and its KV cache."""
-    from route_inputs import clip_batch
-
     from solarwm.rollout.engine import Rollout
+
+    from route_inputs import clip_batch
 
     batch = clip_batch(adapter)
     engine = Rollout(adapter, num_steps=2)
@@ -33,9 +34,9 @@ def _rollout(adapter: torch.nn.Module) -> tuple[torch.Tensor, object]:
 
 
 def _worker(rank: int, world: int, route: str) -> None:
-    from route_inputs import tiny_route
-
     from solarwm.backbones.sequence_parallel import enable_sequence_parallel
+
+    from route_inputs import tiny_route
 
     adapter = tiny_route(route).eval()
     reference, ref_cache = _rollout(adapter)

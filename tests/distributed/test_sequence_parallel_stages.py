@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dist_helpers import fit, fit_overlay, logged
 
 from solarwm.train_cli import main
+
+from dist_helpers import fit, fit_overlay, logged
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 

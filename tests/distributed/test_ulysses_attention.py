@@ -12,10 +12,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dist_helpers import spawn
 from solarwm.kernels.masks import block_causal_mask
 from solarwm.kernels.prope import cameras_per_token, prope_attention
 from solarwm.kernels.ulysses import SequenceParallel, SequenceParallelError
+
+from dist_helpers import spawn
 
 pytestmark = pytest.mark.multiprocess
 
@@ -136,9 +137,9 @@ def test_route_processor_under_ulysses_equals_one_process(route: str) -> None:
 
 
 def _model_worker(rank: int, world: int, route: str) -> None:
-    from route_inputs import teacher_forcing_call, tiny_route
-
     from solarwm.backbones.sequence_parallel import enable_sequence_parallel
+
+    from route_inputs import teacher_forcing_call, tiny_route
 
     adapter = tiny_route(route).double()
     ref = teacher_forcing_call(adapter)
