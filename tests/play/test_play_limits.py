@@ -62,3 +62,19 @@ def test_any_message_gets_an_error_and_the_world_goes_on(root, text, match):
         ws.send_text(json.dumps({"type": "move", "velocity": [0, 0, 1.0], "angular": [0, 0, 0]}))
         frames, block, others = read_block(ws)  # the world goes on
         assert frames and block["index"] >= 1 and all(t["type"] != "error" for t in others)
+
+
+def test_recordings_stop_at_their_byte_limit_and_the_world_goes_on(root, tmp_path):
+    from solarwm.camera.trajectory import load_trajectory
+
+    record = tmp_path / "rec"
+    server = WorldServer(tiny_spec(root, record=str(record)), max_recorded_bytes=1)  # the first block crosses it
+    with client(server) as c, connect(c) as ws:
+        _, block, texts = read_block(ws)  # the error comes before the frames of the block that crossed it
+        stopped = [t["message"] for t in texts if t["type"] == "error"]
+        assert len(stopped) == 1 and "recording stopped" in stopped[0] and "limit of 1 bytes" in stopped[0]
+        frames, later, _ = read_block(ws)  # the world goes on, unrecorded
+        assert frames and later["index"] > block["index"]
+    assert server.budget.used > 1
+    assert [p.name for p in record.iterdir()] == ["world-0"]
+    assert len(load_trajectory(record / "world-0" / "trajectory.npz")) == 9  # only the block that crossed it
