@@ -83,15 +83,17 @@ def check_frame_size(adapter: Any, height: int, width: int) -> None:
 
 
 def check_record_dir(record: str | None) -> None:
-    """``record`` (if given) is a folder that exists or can be made, and this process can write into it."""
+    """``record`` (if given) is a folder, or can be made, that this process can write into; nothing is created."""
     if record is None:
         return
     path = Path(record)
     if path.exists() and not path.is_dir():
         raise SettingsError(f"--record {record}: exists and is not a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())  # where the folder would be made
+    if not existing.is_dir():
+        raise SettingsError(f"--record {record}: cannot write there ({existing} is not a folder)")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".solarwm-write-check-", dir=path)
+        fd, probe = tempfile.mkstemp(prefix=".solarwm-write-check-", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:

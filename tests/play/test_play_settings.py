@@ -58,7 +58,9 @@ def test_a_record_path_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path,
     assert "--record" in err and "not a folder" in err
     err = one_line_error(capsys, ["play", "--adapter", str(tmp_path / "none"), "--record", str(file / "rec")])
     assert "--record" in err and "cannot write" in err
-    assert not (tmp_path / "none").exists()
+    new = tmp_path / "new" / "rec"
+    err = one_line_error(capsys, ["play", "--adapter", str(tmp_path / "none"), "--record", str(new)])
+    assert "adapter.json" in err and not (tmp_path / "new").exists()  # a good --record passed; checking made nothing
 
 
 def test_a_frame_size_the_route_cannot_take_is_one_line(root, capsys):
