@@ -61,8 +61,6 @@ from diffusers import AutoencoderKLLTX2Video
 from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.codecs import PatchifyCodec
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.pretrained import check_config_keys, load_vae
-from solarwm.backbones.ltx25_parts import GemmaFeatureEncoder, LTXVAECodec, load_selected, read_json
 from solarwm.backbones.ltx25_model import (
     ContextRotary,
     LTX25VideoTextConnector,
@@ -71,6 +69,8 @@ from solarwm.backbones.ltx25_model import (
     PRoPELTXAttnProcessor,
     ltx_rope_freqs,
 )
+from solarwm.backbones.ltx25_parts import GemmaFeatureEncoder, LTXVAECodec, load_selected, read_json
+from solarwm.backbones.pretrained import check_config_keys, load_vae
 from solarwm.backbones.text import HashingTextEncoder, zero_padding
 from solarwm.kernels.kv_cache import KVCache
 
@@ -418,7 +418,8 @@ class LTX25Adapter(BackboneAdapter):
         )
         return context, kv_positions[start:]
 
-    def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> tuple[LTXAttentionContext, torch.Tensor]:
+    def teacher_forcing_context(self, x_noisy: torch.Tensor,
+                                cond: dict[str, Any]) -> tuple[LTXAttentionContext, torch.Tensor]:
         """Both copies at positions ``0..f-1`` with the same cameras, under the teacher-forcing mask."""
         viewmats = self.window_viewmats(cond["c2w"], 0)
         context = LTXAttentionContext(torch.cat([viewmats, viewmats], 1), torch.cat([cond["K"], cond["K"]], 1),

@@ -47,8 +47,8 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from solarwm.data.video import to_uint8_frames
 from solarwm.camera.se3 import relative_pose, rotation_angle_deg  # noqa: F401  (re-exported by solarwm.metrics)
+from solarwm.data.video import to_uint8_frames
 from solarwm.util.threads import pinned_threads
 
 #: Seed of OpenCV's RNG before each essential-matrix RANSAC, so its samples never depend on what

@@ -114,7 +114,8 @@ def _w2c_matrix(rigid: Any) -> np.ndarray:
 
 @dataclass
 class Observed:
-    """What the metric-scale step needs of one frame: pixels ``uv [M, 2]`` of its 3D points and their depths ``z [M]``."""
+    """What the metric-scale step needs of one frame: pixels ``uv [M, 2]`` of its 3D points and their depths
+    ``z [M]``."""
 
     uv: np.ndarray
     z: np.ndarray
@@ -135,7 +136,8 @@ class ColmapEstimator:
             raise ValueError(f"mapper must be checked, incremental or global, got {self.opts.mapper!r}")
         if not (self.opts.second_focal_seed_ratio > 0 and self.opts.second_focal_seed_ratio != 1):
             # 1 would repeat the first run (no second opinion); <= 0 is no focal at all.
-            raise ValueError(f"second_focal_seed_ratio must be positive and not 1, got {self.opts.second_focal_seed_ratio!r}")
+            raise ValueError("second_focal_seed_ratio must be positive and not 1, "
+                             f"got {self.opts.second_focal_seed_ratio!r}")
         if self.opts.split_pos_frac is not None and not self.opts.split_pos_frac > 0:
             raise ValueError(f"split_pos_frac must be positive or None, got {self.opts.split_pos_frac!r}")
         if not self.opts.split_draws >= 1:
@@ -332,7 +334,8 @@ class ColmapEstimator:
         return float(w / (2.0 * math.tan(math.radians(float(np.median(fovs))) / 2.0)))
 
     def _focal_seeds(self, focal_seed: float | None, w: int, h: int) -> tuple[float, float]:
-        """The two runs' focal seeds (pixels of the input frames): the first's, and it over ``second_focal_seed_ratio``."""
+        """The two runs' focal seeds (pixels of the input frames): the first's, and it over
+        ``second_focal_seed_ratio``."""
         first = 1.2 * max(w, h) if focal_seed is None else focal_seed  # COLMAP's own prior when nothing seeds it
         return first, first / self.opts.second_focal_seed_ratio
 
@@ -343,7 +346,8 @@ class ColmapEstimator:
         o = self.opts
         refine = focal_free or o.refine_known_K
         first = "global" if o.mapper == "global" else "incremental"
-        rec = self._check(self._map(db_path, db_path.parent / "sparse", first, refine, up), n, w, h, focal_free, up, diag)
+        rec = self._check(self._map(db_path, db_path.parent / "sparse", first, refine, up),
+                          n, w, h, focal_free, up, diag)
         out = self._export(rec, n, up)
         if o.mapper != "checked":
             return rec, out
@@ -450,7 +454,8 @@ class ColmapEstimator:
         # models that leave frames out of the largest one are disconnected pieces of the clip.
         if missing and sum(s >= 3 for s in sizes) > 1:
             raise EstimationError(f"several disconnected models: {len(sizes)} models of {sorted(sizes, reverse=True)} "
-                                  f"frames; the largest misses {len(missing)} of {n} (a scene cut or a break in the matches)")
+                                  f"frames; the largest misses {len(missing)} of {n} "
+                                  "(a scene cut or a break in the matches)")
         if missing:
             shown = missing if len(missing) <= 12 else missing[:12] + ["..."]
             raise EstimationError(f"too few registered frames: {len(missing)} of {n} frames not registered {shown}")
