@@ -45,7 +45,7 @@ class WorldModelEnv(gymnasium.Env):
         render_mode: str | None = "rgb_array",
     ) -> None:
         from solarwm.loading import DEFAULT_CAPTION, DEFAULT_FIRST_FRAME, default_solver, load_causal
-        from solarwm.play.settings import SettingsError, check_world
+        from solarwm.rollout.settings import SettingsError, check_world
 
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"WorldModelEnv: render_mode must be 'rgb_array' or None, got {render_mode!r}")
@@ -79,7 +79,7 @@ class WorldModelEnv(gymnasium.Env):
     def _image(self, first_frame: str | np.ndarray) -> np.ndarray:
         """The first frame as uint8 ``[H, W, 3]``, of a size the route can generate; raises ``ValueError``."""
         from solarwm.loading import load_first_frame
-        from solarwm.play.settings import SettingsError, check_frame_size
+        from solarwm.rollout.settings import SettingsError, check_frame_size
 
         if isinstance(first_frame, np.ndarray):
             if first_frame.dtype != np.uint8 or first_frame.ndim != 3 or first_frame.shape[2] != 3:
@@ -107,8 +107,8 @@ class WorldModelEnv(gymnasium.Env):
 
         All or nothing: every option is checked and the new world built before the environment changes, so a
         failed reset leaves the previous world as it was."""
-        from solarwm.play.settings import SettingsError, check_caption, check_seed
         from solarwm.rollout.session import RolloutSession
+        from solarwm.rollout.settings import SettingsError, check_caption, check_seed
 
         options = options or {}
         unknown = set(options) - {"first_frame", "caption"}

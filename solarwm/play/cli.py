@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
+import tempfile
+from pathlib import Path
 
 from solarwm.loading import (
     DEFAULT_CAPTION,
@@ -14,7 +17,7 @@ from solarwm.loading import (
     shipped_adapter,
 )
 from solarwm.play.server import PlayError, WorldSpec
-from solarwm.play.settings import check_frame_size, check_record_dir, check_world
+from solarwm.rollout.settings import check_frame_size, check_world
 
 #: TCP ports (0: any free one, the banner names it).
 MAX_PORT = 65535
@@ -31,6 +34,24 @@ def check_speeds(speed: float, turn_speed: float, max_speed: float, max_angular:
     if 2 * speed > max_speed or 2 * turn_speed > max_angular:
         raise PlayError(f"Shift doubles the speeds: 2*speed ({2 * speed:g}) and 2*turn_speed ({2 * turn_speed:g}) "
                         f"must not exceed max_speed ({max_speed:g}) and max_angular ({max_angular:g})")
+
+
+def check_record_dir(record: str | None) -> None:
+    """``record`` (if given) is a folder, or can be made, that this process can write into; nothing is created."""
+    if record is None:
+        return
+    path = Path(record)
+    if path.exists() and not path.is_dir():
+        raise PlayError(f"--record {record}: exists and is not a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists())  # where the folder would be made
+    if not existing.is_dir():
+        raise PlayError(f"--record {record}: cannot write there ({existing} is not a folder)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".solarwm-write-check-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise PlayError(f"--record {record}: cannot write there ({e.strerror or e})") from None
 
 
 def check_play_settings(

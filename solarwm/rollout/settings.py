@@ -1,13 +1,10 @@
-"""The settings of a world and the limits of a served one: checked once, the same way for ``solarwm play`` and
+"""The settings of a world and their limits: checked once, the same way for ``solarwm play`` and
 the Gymnasium environment, so a bad value is one named line before any model is loaded or socket bound."""
 
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from numbers import Integral, Real
-from pathlib import Path
 from typing import Any
 
 from solarwm.camera.trajectory import MAX_IMAGE_SIDE
@@ -80,21 +77,3 @@ def check_frame_size(adapter: Any, height: int, width: int) -> None:
     if height % s or width % s or not (s <= height <= MAX_IMAGE_SIDE and s <= width <= MAX_IMAGE_SIDE):
         raise SettingsError(f"frame size {width}x{height}: each side must be a multiple of {s} in [{s}, "
                             f"{MAX_IMAGE_SIDE}] for route {adapter.route}")
-
-
-def check_record_dir(record: str | None) -> None:
-    """``record`` (if given) is a folder, or can be made, that this process can write into; nothing is created."""
-    if record is None:
-        return
-    path = Path(record)
-    if path.exists() and not path.is_dir():
-        raise SettingsError(f"--record {record}: exists and is not a folder")
-    existing = next(p for p in (path, *path.parents) if p.exists())  # where the folder would be made
-    if not existing.is_dir():
-        raise SettingsError(f"--record {record}: cannot write there ({existing} is not a folder)")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".solarwm-write-check-", dir=existing)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise SettingsError(f"--record {record}: cannot write there ({e.strerror or e})") from None

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from solarwm.envs.world_model import WorldModelEnv
-from solarwm.play.settings import SettingsError
+from solarwm.rollout.settings import SettingsError
 
 from play_fixtures import first_frame_png, tiny_causal_adapter
 
