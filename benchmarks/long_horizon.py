@@ -39,14 +39,30 @@ def small(frames: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x.round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy(), k
 
 
-def load(adapter_dir: str, window_blocks: int | None) -> torch.nn.Module:
-    """The export in eval mode, optionally with another causal window (blocks, the query block included)."""
+def load(adapter_dir: str, window_blocks: int | None, max_offset: int | None = None) -> torch.nn.Module:
+    """The export in eval mode, optionally with another causal window (blocks, the query block included) and
+    history positions clamped to ``max_offset`` frames before the window's last frame (a training-free probe)."""
     from solarwm.backbones import load_adapter
 
     adapter = load_adapter(adapter_dir).eval()
     if window_blocks is not None:
         adapter.window_blocks = window_blocks  # read by new_cache: the rollout's history is window_blocks - 1 blocks
+    if max_offset is not None:
+        clamp_history_positions(adapter, max_offset)
     return adapter
+
+
+def clamp_history_positions(adapter: torch.nn.Module, max_offset: int) -> None:
+    """Probe of positional parity: cached keys older than ``max_offset`` frames before the window's last frame read at
+    that offset (RoPE only; cameras unchanged), so no query sees a temporal offset it never saw in training."""
+    build = adapter.cached_attention_context
+
+    def clamped(x_t, cond, window, cache, commit):  # noqa: ANN001, ANN202
+        context = build(x_t, cond, window, cache, commit)
+        context.kv_positions = context.kv_positions.clamp_min(max(0, window.width - 1 - max_offset))
+        return context
+
+    adapter.cached_attention_context = clamped
 
 
 def roll(adapter: torch.nn.Module, first: np.ndarray, caption: str, c2w: np.ndarray, K: np.ndarray, fps: float,
@@ -97,7 +113,7 @@ def world(spec: SynthSpec, index: int, cache: str | None) -> tuple[np.ndarray, n
 
 def one_minute(args: argparse.Namespace) -> dict:
     """The per-window figures of ``args.worlds`` worlds (see module docstring)."""
-    adapter = load(args.adapter, args.window_blocks)
+    adapter = load(args.adapter, args.window_blocks, args.max_offset)
     spec = SynthSpec(frames=args.frames, width=96, height=64, fps=args.fps, seed=args.seed, motion=args.motion)
     window = int(round(5 * args.fps))
     per_world, rows, seconds = [], [], 0.0
@@ -124,7 +140,7 @@ def one_hour(args: argparse.Namespace) -> dict:
     """One world rolled out for ``args.hour_minutes`` minutes at 16 fps: generated detail per minute."""
     fps, per_minute = 16.0, 16 * 60
     frames = int(args.hour_minutes * per_minute) + 1
-    adapter = load(args.adapter, args.window_blocks)
+    adapter = load(args.adapter, args.window_blocks, args.max_offset)
     rng = np.random.default_rng([args.seed, 0, 0x40])
     traj = sample_trajectory(rng, frames, 96, 64, fps, args.motion)
     scene = make_scene(rng, traj.c2w)
@@ -164,6 +180,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="steps per block (recipes/tiny_dmd.yaml: 2)")
     parser.add_argument("--draw", type=int, default=0, help="noise seed of the rollouts")
     parser.add_argument("--window_blocks", type=int, default=None, help="causal window in blocks (default: the export's)")
+    parser.add_argument("--max_offset", type=int, default=None,
+                        help="probe: clamp cached keys' temporal positions to this many frames before the last")
     parser.add_argument("--strip", default=None, help="PNG path of the truth-over-generation strip")
     parser.add_argument("--strip_worlds", type=int, default=4)
     parser.add_argument("--hour", action="store_true", help="the hour-long detail curve instead")
