@@ -22,6 +22,7 @@ import inspect
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from solarwm.backbones.base import AdapterError, BackboneAdapter
 from solarwm.kernels.ulysses import SequenceParallel, SequenceParallelError
@@ -105,3 +106,5 @@ def enable_sequence_parallel(adapter: BackboneAdapter, sp: SequenceParallel) -> 
     for _, processor in processors:
         processor.sequence_parallel = sp
     adapter._sequence_parallel = sp
+    rank_zero_info(f"{adapter.route}: sequence parallel over {sp.size} ranks ({len(blocks)} token-sharded blocks, "
+                   f"{len(processors)} all-to-all self-attentions)")

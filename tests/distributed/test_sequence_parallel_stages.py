@@ -41,6 +41,7 @@ def _fit_both(
     assert main(["fit", "--config", str(Path(__file__).parents[2] / "recipes" / recipe), "--config", str(overlay)]) == 0
     result = fit(recipe, fit_overlay(two, corpus, 2, GLOBAL_BATCH, steps, strategy=SP, model=model, data=DATA))
     assert "Starting with 2 processes" in result.stderr + result.stdout
+    assert "sequence parallel over 2 ranks" in result.stderr + result.stdout  # the tokens were split
     return one, two
 
 
