@@ -114,6 +114,14 @@ def predict(
     generator = torch.Generator().manual_seed(seed)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
+    sp = _launched_group()
+    if sp is not None and route is not None:
+        from solarwm.backbones.sequence_parallel import enable_sequence_parallel
+
+        enable_sequence_parallel(route, sp)  # every rank holds its share of each block's tokens
+    if causal and sp is not None and sp.rank != 0:  # rank 0 writes the video; the others roll out with it
+        _follow_rollout(route.eval(), first, c2w, K, caption, traj.fps, num_steps or 4, default_solver(route), seed)
+        return 0
     if causal:
         from solarwm.rollout.session import write_rollout
 
@@ -144,6 +152,8 @@ def predict(
                 generator=generator,
             )
         frames = to_uint8_frames(video[0])
+        if sp is not None and sp.rank != 0:
+            return 0
         write_video(out, frames, traj.fps)
         stats = {"num_frames": int(frames.shape[0])}
     print(
@@ -161,6 +171,38 @@ def predict(
         )
     )
     return 0
+
+
+def _launched_group() -> Any:
+    """Under ``torchrun --nproc_per_node P`` (``WORLD_SIZE`` > 1): the P processes as one sequence-parallel group."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    import torch.distributed as dist
+
+    from solarwm.kernels.ulysses import SequenceParallel
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")  # predict runs on the CPU
+    return SequenceParallel()
+
+
+def _follow_rollout(
+    adapter: Any, first: torch.Tensor, c2w: torch.Tensor, K: torch.Tensor, caption: str, fps: float,
+    num_steps: int, solver: str, seed: int,
+) -> None:
+    """``write_rollout``'s blocks without the video: a non-writing rank's share of every block's collectives."""
+    from solarwm.rollout.session import RolloutSession
+
+    track = c2w[0].detach().cpu().double().numpy()
+    intrinsics = K[0].detach().cpu().float().numpy()
+    session = RolloutSession(adapter, first, caption, intrinsics[0], fps, seed, num_steps, solver)
+    pos = 0
+    while pos < len(track):
+        n = min(session.next_block_frames, len(track) - pos)
+        session.step(track[pos : pos + n], intrinsics[pos : pos + n])
+        pos += n
 
 
 @contextlib.contextmanager
