@@ -57,7 +57,8 @@ def predict(
 
     A bidirectional (stage-1) model generates one clip; a causal (stage-2/3) model rolls out block by
     block on its sliding-window KV cache, for any length the trajectory covers, decoding and writing
-    the mp4 as it goes (flat memory).
+    the mp4 as it goes (flat memory). Under ``torchrun --nproc_per_node P`` the processes split every
+    call's tokens (Ulysses sequence parallelism) and rank 0 writes the mp4.
 
     Args:
         first_frame: an image file, or a canonical clip folder whose first frame is used.
