@@ -163,3 +163,20 @@ def _model_worker(rank: int, world: int, route: str) -> None:
 def test_sharded_transformer_equals_one_process(route: str) -> None:
     """The whole teacher-forcing call with its tokens split over 2 ranks: same prediction, same mean gradient."""
     spawn(_model_worker, 2, route)
+
+
+def _heads_worker(rank: int, world: int) -> None:
+    from solarwm.backbones.sequence_parallel import enable_sequence_parallel
+    from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
+
+    config = Wan22TI2V5BConfig.tiny()
+    config.num_attention_heads = 3  # 3 x 64: not divisible by 2
+    adapter = Wan22TI2V5BAdapter(config=config)
+    with pytest.raises(SequenceParallelError, match=r"3 attention heads do not divide by sequence_parallel_size=2; "
+                                                    r"use one of \[1, 3\]"):
+        enable_sequence_parallel(adapter, SequenceParallel())
+    assert all(p.sequence_parallel is None for p in (b.attn1.processor for b in adapter.transformer.blocks))
+
+
+def test_heads_not_divisible_by_the_group_fail_at_set_up() -> None:
+    spawn(_heads_worker, 2)
