@@ -25,7 +25,12 @@ Facts, each taken from the official repository ``Junchao-cs/SolarWM`` (commit 20
 
 from __future__ import annotations
 
+import json
+import pickle
 import re
+import shutil
+import uuid
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
@@ -54,7 +59,7 @@ class OfficialCheckpointError(ValueError):
     """An official package or state dict was refused; the message names the file, the keys or the check."""
 
 
-def _names(keys: list[str], limit: int = 5) -> str:
+def names(keys: list[str], limit: int = 5) -> str:
     """The first ``limit`` keys and the count, for one-line errors."""
     shown = ", ".join(keys[:limit])
     return f"{len(keys)} ({shown}{', ...' if len(keys) > limit else ''})"
@@ -170,7 +175,7 @@ def strip_model_prefix(state: Mapping[str, torch.Tensor], source: str) -> dict[s
     if len(prefixed) != len(keys):
         bare = [k for k in keys if not k.startswith("model.")]
         raise OfficialCheckpointError(
-            f"{source}: {len(prefixed)} keys start with 'model.' and {_names(bare)} do not (all or none)"
+            f"{source}: {len(prefixed)} keys start with 'model.' and {names(bare)} do not (all or none)"
         )
     return {k[len("model."):]: v for k, v in state.items()}
 
@@ -189,7 +194,7 @@ def convert_state(
     """
     unknown = [k for k in state if diffusers_key(k) is None]
     if unknown:
-        raise OfficialCheckpointError(f"{source}: keys with no place in WanTransformer3DModel: {_names(unknown)}")
+        raise OfficialCheckpointError(f"{source}: keys with no place in WanTransformer3DModel: {names(unknown)}")
     out: dict[str, dict[str, torch.Tensor]] = {"transformer": {}, "delta": {}}
     for key, tensor in state.items():
         part, name = diffusers_key(key)
@@ -212,10 +217,10 @@ def convert_state(
         have = out[part]
         missing = [k for k in want if k not in have]
         if missing:
-            raise OfficialCheckpointError(f"{source}: missing parameters ({part}, diffusers names): {_names(missing)}")
+            raise OfficialCheckpointError(f"{source}: missing parameters ({part}, diffusers names): {names(missing)}")
         extra = [k for k in have if k not in want]
         if extra:
-            raise OfficialCheckpointError(f"{source}: keys the architecture has no parameter for: {_names(extra)}")
+            raise OfficialCheckpointError(f"{source}: keys the architecture has no parameter for: {names(extra)}")
     if out["delta"] and len(out["delta"]) != 4:
         raise OfficialCheckpointError(f"{source}: delta_embedding needs exactly 4 tensors, has {len(out['delta'])}")
     return out["transformer"], out["delta"]
@@ -241,3 +246,57 @@ def official_conventions(stage: str) -> dict[str, Any]:
         "anyflow": "e = 0.75 time_embedding(t) + 0.25 delta_embedding(r), before the time projection; clean rows r = t"
         if stage == "tf_anyflow" else "none",
     }
+
+
+def load_model_pt(path: Path) -> dict[str, Any]:
+    """``torch.load(weights_only=True, mmap=True)`` of ``model.pt``; anything it refuses is refused here, by name."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        reason = str(e).split("\n")[0][:200]
+        raise OfficialCheckpointError(
+            f"{path}: needs more than tensors and plain containers to load; refused, nothing executed ({reason})"
+        ) from e
+    except Exception as e:  # truncated or foreign: torch raises RuntimeError/OSError/EOFError with long text
+        reason = " ".join(str(e).split())[:200]
+        raise OfficialCheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {reason})") from e
+    if not isinstance(checkpoint, dict):
+        raise OfficialCheckpointError(f"{path}: holds a {type(checkpoint).__name__}, not a dict")
+    return checkpoint
+
+
+def architecture_from_json(architecture: str | None) -> dict[str, Any]:
+    """``--architecture``: a JSON object (inline or a file) of Wan constructor names over the published 5B."""
+    if architecture is None:
+        return resolve_architecture(None)
+    text = Path(architecture).read_text() if Path(architecture).is_file() else architecture
+    try:
+        overrides = json.loads(text)
+    except ValueError as e:
+        raise OfficialCheckpointError(f"--architecture: not a JSON object or a JSON file ({e})") from e
+    if not isinstance(overrides, dict):
+        raise OfficialCheckpointError("--architecture: must be a JSON object of Wan constructor names")
+    return resolve_architecture(overrides)
+
+
+class StagingFolder:
+    """A temporary folder beside ``out`` renamed onto it on success; removed (with parents it made) otherwise."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]
+        self.tmp = out.with_name(f".{out.name}.convert-{uuid.uuid4().hex[:8]}")
+
+    def __enter__(self) -> Path:
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir()
+        return self.tmp
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        if kind is None:
+            self.tmp.rename(self.out)
+            return
+        shutil.rmtree(self.tmp, ignore_errors=True)  # BaseException too: an interrupted run leaves nothing
+        for folder in self.made:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()

@@ -16,12 +16,25 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import shutil
+from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from solarwm.backbones.official import OfficialCheckpointError, _names
+from solarwm.backbones.official import (
+    OfficialCheckpointError,
+    StagingFolder,
+    architecture_from_json,
+    convert_state,
+    load_model_pt,
+    names,
+    strip_model_prefix,
+)
 
 _RESIDUAL = {"residual.0.gamma": "norm1.gamma", "residual.2.weight": "conv1.weight", "residual.2.bias": "conv1.bias",
              "residual.3.gamma": "norm2.gamma", "residual.6.weight": "conv2.weight", "residual.6.bias": "conv2.bias",
@@ -75,10 +88,10 @@ def _check(out: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size], 
     """Every expected parameter filled with its shape, nothing extra; errors name the keys."""
     extra = [k for k in out if k not in expected]
     if extra:
-        raise OfficialCheckpointError(f"{source}: keys with no place in {target}: {_names(extra)}")
+        raise OfficialCheckpointError(f"{source}: keys with no place in {target}: {names(extra)}")
     missing = [k for k in expected if k not in out]
     if missing:
-        raise OfficialCheckpointError(f"{source}: {target} parameters missing: {_names(missing)}")
+        raise OfficialCheckpointError(f"{source}: {target} parameters missing: {names(missing)}")
     for name, shape in expected.items():
         if tuple(out[name].shape) != tuple(shape):
             raise OfficialCheckpointError(
@@ -128,9 +141,131 @@ def convert_t5_state(
     """Wan ``T5Encoder`` state -> ``UMT5EncoderModel`` state (the embedding also fills ``encoder.embed_tokens``)."""
     unknown = [k for k in state if t5_key(k) is None]
     if unknown:
-        raise OfficialCheckpointError(f"{source}: keys with no place in UMT5EncoderModel: {_names(unknown)}")
+        raise OfficialCheckpointError(f"{source}: keys with no place in UMT5EncoderModel: {names(unknown)}")
     out = {t5_key(k): v for k, v in state.items()}
     if "encoder.embed_tokens.weight" in expected:
         out["encoder.embed_tokens.weight"] = out["shared.weight"]
     _check(out, expected, source, "UMT5EncoderModel")
     return out
+
+
+#: The original-layout files of the release's base folder
+#: (3a1b2c3/SolarWM ``src/solarwm/backends/wan22/runtime/assets.py``).
+BASE_VAE = "vae/Wan2.2_VAE.pth"
+BASE_T5 = "text_encoder/models_t5_umt5-xxl-enc-bf16.pth"
+
+
+def is_official_base(path: str | Path) -> bool:
+    """Whether ``path`` is a base folder in the original Wan layout (``vae/Wan2.2_VAE.pth``, no diffusers ``vae/``)."""
+    root = Path(path)
+    return (root / BASE_VAE).is_file() and not (root / "vae" / "config.json").is_file()
+
+
+def load_pth(path: Path) -> dict[str, Any]:
+    """A ``.pth`` state dict read with ``weights_only=True`` (memory-mapped when it is zip-format)."""
+    if not path.is_file():
+        raise OfficialCheckpointError(f"{path} missing: not an official base folder")
+    state = load_model_pt(path)
+    if not all(isinstance(k, str) for k in state):
+        raise OfficialCheckpointError(f"{path}: not a state dict")
+    return state
+
+
+def vae_config_of(state: dict[str, Any], configs: dict[str, dict[str, Any]], source: str) -> str:
+    """The ``vae_configs`` key whose base width and latent channels a Wan VAE state has (``wan2.2``: 160 and 48)."""
+    try:
+        width, channels = state["encoder.conv1.weight"].shape[0], state["conv1.weight"].shape[0] // 2
+    except KeyError as e:
+        raise OfficialCheckpointError(f"{source}: not a Wan VAE state (no {e.args[0]})") from e
+    for name, config in configs.items():
+        if (config["base_dim"], config["z_dim"]) == (width, channels):
+            return name
+    raise OfficialCheckpointError(f"{source}: a VAE of width {width} and {channels} channels fits no known config")
+
+
+def convert_official_base(
+    base: str | Path, out: str | Path, config_class: type, vae_configs: dict[str, dict[str, Any]],
+    architecture: str | None = None, vae_config: str | None = None, transformer: bool = True,
+) -> dict[str, Any]:
+    """The release's base folder (original Wan layout) -> a diffusers-layout folder: ``vae/`` (AutoencoderKLWan),
+    ``text_encoder/`` (UMT5EncoderModel), ``tokenizer/`` (copied) and, when the base has one and ``transformer``,
+    ``transformer/``.
+
+    ``config_class``, ``vae_configs``: the route's config class (its ``official`` config) and ``vae_configs``;
+    ``vae_config``: a key of those (``wan2.2``: the released VAE; ``tiny48``: tests); default: the one whose sizes
+    the ``.pth`` has.
+    """
+    from diffusers import AutoencoderKLWan, WanTransformer3DModel
+    from safetensors.torch import load_file
+    from transformers import UMT5Config, UMT5EncoderModel
+
+
+    root, out = Path(base), Path(out)
+    if not root.is_dir():
+        raise OfficialCheckpointError(f"{root}: base folder not found")
+    if out.exists():
+        raise OfficialCheckpointError(f"--out {out} exists; remove it or choose another folder (nothing was written)")
+    if not (root / "tokenizer").is_dir():
+        raise OfficialCheckpointError(f"{root / 'tokenizer'} missing: not an official base folder")
+    if vae_config is not None and vae_config not in vae_configs:
+        raise OfficialCheckpointError(f"--vae_config must be one of {sorted(vae_configs)}, got {vae_config!r}")
+    arch = architecture_from_json(architecture)
+    shards = sorted((root / "transformer").glob("*.safetensors")) if transformer else []
+    vae_state = load_pth(root / BASE_VAE)
+    vae_config = vae_config or vae_config_of(vae_state, vae_configs, str(root / BASE_VAE))
+    t5_state = load_pth(root / BASE_T5)
+    with torch.device("meta"):
+        vae = AutoencoderKLWan(**vae_configs[vae_config])
+        t5 = UMT5EncoderModel(UMT5Config(**umt5_config(t5_state, str(root / BASE_T5))))
+    vae.load_state_dict(convert_vae_state(vae_state, {k: v.shape for k, v in vae.state_dict().items()},
+                                          str(root / BASE_VAE)), strict=True, assign=True)
+    t5.load_state_dict(convert_t5_state(t5_state, {k: v.shape for k, v in t5.state_dict().items()},
+                                        str(root / BASE_T5)), strict=True, assign=True)
+    model = None
+    if shards:
+        state: dict[str, Any] = {}
+        for shard in shards:
+            try:
+                state.update(load_file(str(shard)))
+            except Exception as e:  # safetensors raises its own error on a damaged file
+                reason = f"{type(e).__name__}: {e}"
+                raise OfficialCheckpointError(f"{shard}: not a readable safetensors file ({reason})") from e
+        state = strip_model_prefix(state, str(root / "transformer"))
+        config = config_class.official(arch, "bidirectional", None)
+        with torch.device("meta"):
+            model = WanTransformer3DModel(**config.transformer_kwargs(48, 48))
+        expected = {k: v.shape for k, v in model.state_dict().items()}
+        weights, delta = convert_state(state, expected, None, str(root / "transformer"))
+        if delta:
+            raise OfficialCheckpointError(f"{root / 'transformer'}: a base holds no delta_embedding")
+        model.load_state_dict(weights, strict=True, assign=True)
+    record = {"schema": "solarwm.official-base/1", "source": str(root.resolve()), "architecture": arch,
+              "vae_config": vae_config,
+              "files": {p: (root / p).stat().st_size for p in (BASE_VAE, BASE_T5)}}
+    with StagingFolder(out) as tmp:
+        vae.save_pretrained(tmp / "vae", safe_serialization=True)
+        t5.save_pretrained(tmp / "text_encoder", safe_serialization=True)
+        shutil.copytree(root / "tokenizer", tmp / "tokenizer")
+        if model is not None:
+            model.save_pretrained(tmp / "transformer", safe_serialization=True)
+        (tmp / "solarwm-base.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return {"output": str(out), "vae": vae_config, "text_encoder": True, "transformer": model is not None}
+
+
+def official_base_cache(
+    base: str | Path, config_class: type, vae_configs: dict[str, dict[str, Any]], transformer: bool = True
+) -> Path:
+    """The diffusers-layout copy of an official base, converted on first use into ``$SOLARWM_CACHE`` (default
+    ``~/.cache/solarwm``) under a name of the base's path and file sizes; a rerun finds and reuses it.
+
+    ``transformer=False`` (``convert official --base``: only the VAE, T5 and tokenizer are used) skips the base's
+    ``transformer/`` and is cached apart.
+    """
+    root = Path(base).resolve()
+    sizes = [f"{p}:{(root / p).stat().st_size}" for p in (BASE_VAE, BASE_T5) if (root / p).is_file()]
+    stamp = [str(root), f"transformer={transformer}", *sizes]
+    key = hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("SOLARWM_CACHE", Path.home() / ".cache" / "solarwm")) / "official-base" / key
+    if not (cache / "solarwm-base.json").is_file():
+        convert_official_base(root, cache, config_class, vae_configs, transformer=transformer)
+    return cache

@@ -24,7 +24,9 @@ the model.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from solarwm.backbones.lora import LoRAConfig
@@ -78,6 +80,27 @@ class Wan22TI2V5BConfig(WanRouteConfig):
     vae_config: Literal["wan2.2", "tiny", "tiny48"] = "tiny"
 
     @classmethod
+    def official(cls, arch: dict[str, Any], stage: str, base: Path | None) -> "Wan22TI2V5BConfig":
+        """The config of an official SolarWM package of Wan architecture ``arch`` (``backbones.official``), with the
+        official conventions as its settings; ``base``: a diffusers-layout base with the VAE and umT5 (or None)."""
+        parts: dict[str, Any]
+        if base is not None:
+            parts = dict(codec="wan_vae", vae_config="wan2.2", text_encoder="umt5",
+                         text_encoder_path=str(base.resolve()))
+        else:  # no VAE/T5 given: the 48-channel lossless patchify codec and hashing text keep the export runnable
+            parts = dict(codec="patchify", patchify_spatial=2, vae_config="tiny", text_encoder="hashing",
+                         text_encoder_path=None)
+        return dataclasses.replace(
+            cls.published(),
+            num_layers=arch["num_layers"], num_attention_heads=arch["num_heads"],
+            attention_head_dim=arch["dim"] // arch["num_heads"], ffn_dim=arch["ffn_dim"], text_dim=arch["text_dim"],
+            freq_dim=arch["freq_dim"], patch_size=tuple(arch["patch_size"]), text_max_length=arch["text_len"],
+            rope_max_seq_len=1024, shift=5.0, prediction="velocity", camera_head_dims=None,
+            latent_camera="group_first", intrinsics="wan_fixed",
+            timestep_rounding="bfloat16" if stage == "dmd" else "none", **parts,
+        )
+
+    @classmethod
     def tiny(cls) -> "Wan22TI2V5BConfig":
         """2 layers, 4 heads x 64, ffn 512, text_dim 32, patchify codec, hashing text, x0 output: trains on a CPU."""
         return cls(prediction="x0")
@@ -97,7 +120,7 @@ class Wan22TI2V5BAdapter(WanAdapterBase):
 
     ``config`` (default: ``preset``'s config); ``pretrained_path``: a local diffusers checkpoint folder with
     ``transformer/`` (and ``vae/`` for ``codec="wan_vae"``; ``text_encoder/`` + ``tokenizer/`` for UMT5), or the
-    official SolarWM base in its original Wan layout, converted once into a cache (``solarwm.convert``);
+    official SolarWM base in its original Wan layout, converted once into a cache (``backbones.official_base``);
     ``device`` builds the codec and transformer under ``torch.device(device)`` (``"meta"``: no weights
     allocated, for parameter counting). Everything but the anchor rule is ``WanAdapterBase``.
     """
@@ -117,8 +140,8 @@ class Wan22TI2V5BAdapter(WanAdapterBase):
         lora: LoRAConfig | None = None,
     ) -> None:
         if pretrained_path is not None and device != "meta":
-            from solarwm.convert import is_official_base, official_base_cache
+            from solarwm.backbones.official_base import is_official_base, official_base_cache
 
             if is_official_base(pretrained_path):  # the release's original layout: its diffusers copy, made once
-                pretrained_path = str(official_base_cache(pretrained_path))
+                pretrained_path = str(official_base_cache(pretrained_path, Wan22TI2V5BConfig, VAE_CONFIGS))
         super().__init__(config=config, preset=preset, pretrained_path=pretrained_path, device=device, lora=lora)

@@ -16,20 +16,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import pickle
 import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from solarwm.backbones.official import (
+from solarwm.backbones import official_base
+from solarwm.backbones.official import (  # noqa: F401  (resolve_architecture: the converter's names)
     OfficialCheckpointError,
+    StagingFolder,
+    architecture_from_json,
     convert_state,
+    load_model_pt,
     official_conventions,
     resolve_architecture,
     strip_model_prefix,
 )
+from solarwm.backbones.official_base import BASE_T5, BASE_VAE, is_official_base  # noqa: F401
 
 MANIFEST = "checkpoint-manifest.json"
 COMPLETE = "COMPLETE.json"
@@ -138,25 +141,6 @@ def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
     return h.hexdigest()
 
 
-def load_model_pt(path: Path) -> dict[str, Any]:
-    """``torch.load(weights_only=True, mmap=True)`` of ``model.pt``; anything it refuses is refused here, by name."""
-    import torch
-
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as e:
-        reason = str(e).split("\n")[0][:200]
-        raise OfficialCheckpointError(
-            f"{path}: needs more than tensors and plain containers to load; refused, nothing executed ({reason})"
-        ) from e
-    except Exception as e:  # truncated or foreign: torch raises RuntimeError/OSError/EOFError with long text
-        reason = " ".join(str(e).split())[:200]
-        raise OfficialCheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {reason})") from e
-    if not isinstance(checkpoint, dict):
-        raise OfficialCheckpointError(f"{path}: holds a {type(checkpoint).__name__}, not a dict")
-    return checkpoint
-
-
 def _export_stage(package: Package, checkpoint: dict[str, Any], has_delta: bool, prefixed: bool) -> str:
     """Our stage name: from the contract's ``stage`` when it names one, else from the state (delta, prefix)."""
     official = str(package.contract.get("stage", ""))
@@ -173,41 +157,6 @@ def _export_stage(package: Package, checkpoint: dict[str, Any], has_delta: bool,
     return "dmd" if prefixed or "stage2" in str(checkpoint.get("checkpoint_format", "")) else "bidirectional"
 
 
-def _architecture(architecture: str | None) -> dict[str, Any]:
-    """``--architecture``: a JSON object (inline or a file) of Wan constructor names over the published 5B."""
-    if architecture is None:
-        return resolve_architecture(None)
-    text = Path(architecture).read_text() if Path(architecture).is_file() else architecture
-    try:
-        overrides = json.loads(text)
-    except ValueError as e:
-        raise OfficialCheckpointError(f"--architecture: not a JSON object or a JSON file ({e})") from e
-    if not isinstance(overrides, dict):
-        raise OfficialCheckpointError("--architecture: must be a JSON object of Wan constructor names")
-    return resolve_architecture(overrides)
-
-
-def route_config(arch: dict[str, Any], stage: str, base: Path | None) -> Any:
-    """Our ``Wan22TI2V5BConfig`` for a Wan architecture, with the official conventions as its settings."""
-    from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BConfig
-
-    parts: dict[str, Any]
-    if base is not None:
-        parts = dict(codec="wan_vae", vae_config="wan2.2", text_encoder="umt5", text_encoder_path=str(base.resolve()))
-    else:  # no VAE/T5 given: the 48-channel lossless patchify codec and hashing text keep the export runnable
-        parts = dict(codec="patchify", patchify_spatial=2, vae_config="tiny", text_encoder="hashing",
-                     text_encoder_path=None)
-    return dataclasses.replace(
-        Wan22TI2V5BConfig.published(),
-        num_layers=arch["num_layers"], num_attention_heads=arch["num_heads"],
-        attention_head_dim=arch["dim"] // arch["num_heads"], ffn_dim=arch["ffn_dim"], text_dim=arch["text_dim"],
-        freq_dim=arch["freq_dim"], patch_size=tuple(arch["patch_size"]), text_max_length=arch["text_len"],
-        rope_max_seq_len=1024, shift=5.0, prediction="velocity", camera_head_dims=None,
-        latent_camera="group_first", intrinsics="wan_fixed",
-        timestep_rounding="bfloat16" if stage == "dmd" else "none", **parts,
-    )
-
-
 def _check_base(base: str | None) -> Path | None:
     """``--base``: a diffusers-layout folder with ``vae/``, ``text_encoder/`` and ``tokenizer/`` (or None); the
     release's base in its original layout is converted once into the cache (``official_base_cache``)."""
@@ -221,29 +170,6 @@ def _check_base(base: str | None) -> Path | None:
             "(`solarwm convert official-base` writes one)"
         )
     return root
-
-
-class _Staging:
-    """A temporary folder beside ``out`` renamed onto it on success; removed (with parents it made) otherwise."""
-
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]
-        self.tmp = out.with_name(f".{out.name}.convert-{uuid.uuid4().hex[:8]}")
-
-    def __enter__(self) -> Path:
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp.mkdir()
-        return self.tmp
-
-    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
-        if kind is None:
-            self.tmp.rename(self.out)
-            return
-        shutil.rmtree(self.tmp, ignore_errors=True)  # BaseException too: an interrupted run leaves nothing
-        for folder in self.made:
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
 
 
 def convert_official(
@@ -265,7 +191,7 @@ def convert_official(
         raise OfficialCheckpointError(f"--out {out} exists; remove it or choose another folder (nothing was written)")
     if weights is not None and weights not in ROLE_FIELDS:
         raise OfficialCheckpointError(f"--weights must be one of {sorted(ROLE_FIELDS)}, got {weights!r}")
-    arch = _architecture(architecture)
+    arch = architecture_from_json(architecture)
     base_root = _check_base(base)
     pkg = verify_package(package)
     family = pkg.contract.get("family") or "wan22_ti2v_5b"
@@ -311,7 +237,7 @@ def convert_official(
     }
     if delta_state:
         meta["flow_map_gate"] = 0.25  # a non-persistent buffer in the official model, not in the state
-    with _Staging(out) as tmp:
+    with StagingFolder(out) as tmp:
         model.save_pretrained(tmp / "transformer", safe_serialization=True)
         save_file({}, str(tmp / "camera.safetensors"))
         if delta_state:
@@ -350,128 +276,30 @@ def official_command(
 
 
 
-#: The original-layout files of the release's base folder
-#: (3a1b2c3/SolarWM ``src/solarwm/backends/wan22/runtime/assets.py``).
-BASE_VAE = "vae/Wan2.2_VAE.pth"
-BASE_T5 = "text_encoder/models_t5_umt5-xxl-enc-bf16.pth"
+def route_config(arch: dict[str, Any], stage: str, base: Path | None) -> Any:
+    """Our ``Wan22TI2V5BConfig`` for a Wan architecture, with the official conventions as its settings."""
+    from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BConfig
 
-
-def is_official_base(path: str | Path) -> bool:
-    """Whether ``path`` is a base folder in the original Wan layout (``vae/Wan2.2_VAE.pth``, no diffusers ``vae/``)."""
-    root = Path(path)
-    return (root / BASE_VAE).is_file() and not (root / "vae" / "config.json").is_file()
-
-
-def _load_pth(path: Path) -> dict[str, Any]:
-    """A ``.pth`` state dict read with ``weights_only=True`` (memory-mapped when it is zip-format)."""
-    if not path.is_file():
-        raise OfficialCheckpointError(f"{path} missing: not an official base folder")
-    state = load_model_pt(path)
-    if not all(isinstance(k, str) for k in state):
-        raise OfficialCheckpointError(f"{path}: not a state dict")
-    return state
-
-
-def _vae_config_of(state: dict[str, Any], configs: dict[str, dict[str, Any]], source: str) -> str:
-    """The ``VAE_CONFIGS`` key whose base width and latent channels a Wan VAE state has (``wan2.2``: 160 and 48)."""
-    try:
-        width, channels = state["encoder.conv1.weight"].shape[0], state["conv1.weight"].shape[0] // 2
-    except KeyError as e:
-        raise OfficialCheckpointError(f"{source}: not a Wan VAE state (no {e.args[0]})") from e
-    for name, config in configs.items():
-        if (config["base_dim"], config["z_dim"]) == (width, channels):
-            return name
-    raise OfficialCheckpointError(f"{source}: a VAE of width {width} and {channels} channels fits no known config")
+    return Wan22TI2V5BConfig.official(arch, stage, base)
 
 
 def convert_official_base(
     base: str | Path, out: str | Path, architecture: str | None = None, vae_config: str | None = None,
     transformer: bool = True,
 ) -> dict[str, Any]:
-    """The release's base folder (original Wan layout) -> a diffusers-layout folder: ``vae/`` (AutoencoderKLWan),
-    ``text_encoder/`` (UMT5EncoderModel), ``tokenizer/`` (copied) and, when the base has one and ``transformer``,
-    ``transformer/``.
+    """The release's base folder (original Wan layout) -> a diffusers-layout folder for the 5B route
+    (``backbones.official_base.convert_official_base``)."""
+    from solarwm.backbones.wan22_ti2v_5b import VAE_CONFIGS, Wan22TI2V5BConfig
 
-    ``vae_config``: a key of the route's ``VAE_CONFIGS`` (``wan2.2``: the released VAE; ``tiny48``: tests); default:
-    the one whose sizes the ``.pth`` has.
-    """
-    import torch
-    from diffusers import AutoencoderKLWan, WanTransformer3DModel
-    from safetensors.torch import load_file
-    from transformers import UMT5Config, UMT5EncoderModel
-
-    from solarwm.backbones.official_base import convert_t5_state, convert_vae_state, umt5_config
-    from solarwm.backbones.wan22_ti2v_5b import VAE_CONFIGS
-
-    root, out = Path(base), Path(out)
-    if not root.is_dir():
-        raise OfficialCheckpointError(f"{root}: base folder not found")
-    if out.exists():
-        raise OfficialCheckpointError(f"--out {out} exists; remove it or choose another folder (nothing was written)")
-    if not (root / "tokenizer").is_dir():
-        raise OfficialCheckpointError(f"{root / 'tokenizer'} missing: not an official base folder")
-    if vae_config is not None and vae_config not in VAE_CONFIGS:
-        raise OfficialCheckpointError(f"--vae_config must be one of {sorted(VAE_CONFIGS)}, got {vae_config!r}")
-    arch = _architecture(architecture)
-    shards = sorted((root / "transformer").glob("*.safetensors")) if transformer else []
-    vae_state = _load_pth(root / BASE_VAE)
-    vae_config = vae_config or _vae_config_of(vae_state, VAE_CONFIGS, str(root / BASE_VAE))
-    t5_state = _load_pth(root / BASE_T5)
-    with torch.device("meta"):
-        vae = AutoencoderKLWan(**VAE_CONFIGS[vae_config])
-        t5 = UMT5EncoderModel(UMT5Config(**umt5_config(t5_state, str(root / BASE_T5))))
-    vae.load_state_dict(convert_vae_state(vae_state, {k: v.shape for k, v in vae.state_dict().items()},
-                                          str(root / BASE_VAE)), strict=True, assign=True)
-    t5.load_state_dict(convert_t5_state(t5_state, {k: v.shape for k, v in t5.state_dict().items()},
-                                        str(root / BASE_T5)), strict=True, assign=True)
-    model = None
-    if shards:
-        state: dict[str, Any] = {}
-        for shard in shards:
-            try:
-                state.update(load_file(str(shard)))
-            except Exception as e:  # safetensors raises its own error on a damaged file
-                reason = f"{type(e).__name__}: {e}"
-                raise OfficialCheckpointError(f"{shard}: not a readable safetensors file ({reason})") from e
-        state = strip_model_prefix(state, str(root / "transformer"))
-        config = route_config(arch, "bidirectional", None)
-        with torch.device("meta"):
-            model = WanTransformer3DModel(**config.transformer_kwargs(48, 48))
-        expected = {k: v.shape for k, v in model.state_dict().items()}
-        weights, delta = convert_state(state, expected, None, str(root / "transformer"))
-        if delta:
-            raise OfficialCheckpointError(f"{root / 'transformer'}: a base holds no delta_embedding")
-        model.load_state_dict(weights, strict=True, assign=True)
-    record = {"schema": "solarwm.official-base/1", "source": str(root.resolve()), "architecture": arch,
-              "vae_config": vae_config,
-              "files": {p: (root / p).stat().st_size for p in (BASE_VAE, BASE_T5)}}
-    with _Staging(out) as tmp:
-        vae.save_pretrained(tmp / "vae", safe_serialization=True)
-        t5.save_pretrained(tmp / "text_encoder", safe_serialization=True)
-        shutil.copytree(root / "tokenizer", tmp / "tokenizer")
-        if model is not None:
-            model.save_pretrained(tmp / "transformer", safe_serialization=True)
-        (tmp / "solarwm-base.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return {"output": str(out), "vae": vae_config, "text_encoder": True, "transformer": model is not None}
+    return official_base.convert_official_base(base, out, Wan22TI2V5BConfig, VAE_CONFIGS, architecture, vae_config,
+                                               transformer)
 
 
 def official_base_cache(base: str | Path, transformer: bool = True) -> Path:
-    """The diffusers-layout copy of an official base, converted on first use into ``$SOLARWM_CACHE`` (default
-    ``~/.cache/solarwm``) under a name of the base's path and file sizes; a rerun finds and reuses it.
+    """The 5B route's diffusers-layout copy of an official base, made once (``backbones.official_base``)."""
+    from solarwm.backbones.wan22_ti2v_5b import VAE_CONFIGS, Wan22TI2V5BConfig
 
-    ``transformer=False`` (``convert official --base``: only the VAE, T5 and tokenizer are used) skips the base's
-    ``transformer/`` and is cached apart.
-    """
-    import os
-
-    root = Path(base).resolve()
-    sizes = [f"{p}:{(root / p).stat().st_size}" for p in (BASE_VAE, BASE_T5) if (root / p).is_file()]
-    stamp = [str(root), f"transformer={transformer}", *sizes]
-    key = hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("SOLARWM_CACHE", Path.home() / ".cache" / "solarwm")) / "official-base" / key
-    if not (cache / "solarwm-base.json").is_file():
-        convert_official_base(root, cache, transformer=transformer)
-    return cache
+    return official_base.official_base_cache(base, Wan22TI2V5BConfig, VAE_CONFIGS, transformer)
 
 
 def official_base_command(

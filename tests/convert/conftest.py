@@ -12,20 +12,16 @@ from typing import Any
 import pytest
 import torch
 
-#: A tiny Wan architecture that keeps the published interface (in/out 48, patch (1, 2, 2), qk/cross norms).
-TINY_ARCH: dict[str, Any] = {
-    "dim": 64, "ffn_dim": 96, "freq_dim": 32, "text_dim": 24, "in_dim": 48, "out_dim": 48,
-    "num_heads": 2, "num_layers": 2, "patch_size": [1, 2, 2], "text_len": 8,
-}
 from official_packages import (
-    wan_module,
-    sdpa_flash_attention,
-    official_model,
+    TINY_ARCH,
     delta_like,
-    write_package,
+    official_model,
+    sdpa_flash_attention,
     stage_checkpoint,
     tiny_tokenizer,
-)  # noqa: F401
+    wan_module,
+    write_package,
+)
 
 
 @pytest.fixture

@@ -93,7 +93,7 @@ def test_predict_rolls_out_a_converted_package(stage, converted, tmp_path, capsy
 
 def test_play_loads_a_converted_package(converted) -> None:
     """``solarwm play --adapter`` loads it as a causal world (the loader only; the browser test is play's)."""
-    from solarwm.play.cli import load_causal
+    from solarwm.loading import load_causal
 
     model = load_causal(str(converted["stage2"]), None, None)
     assert model.route == "wan22_ti2v_5b" and model.config.latent_camera == "group_first"

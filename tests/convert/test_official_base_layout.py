@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 import torch
-from official_packages import TINY_ARCH
 
 import solarwm.convert as convert
+from solarwm.backbones import official_base
 from solarwm.backbones.base import load_adapter, read_adapter_json
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 from solarwm.cli import main
+
+from official_packages import TINY_ARCH
 
 
 def test_official_base_converts_to_a_diffusers_layout(tiny_official_base, tmp_path, capsys) -> None:
@@ -44,15 +46,15 @@ def test_pretrained_path_takes_the_original_layout_once(tiny_official_base, tmp_
     """The route reads an original-layout base through a cache made on first use and reused on the next build."""
     monkeypatch.setenv("SOLARWM_CACHE", str(tmp_path / "cache"))
     calls = []
-    real = convert.convert_official_base
-    monkeypatch.setattr(convert, "convert_official_base", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = official_base.convert_official_base
+    monkeypatch.setattr(official_base, "convert_official_base", lambda *a, **k: calls.append(a) or real(*a, **k))
     config = Wan22TI2V5BConfig(
         num_layers=2, num_attention_heads=2, attention_head_dim=32, ffn_dim=96, text_dim=24, freq_dim=32,
         codec="wan_vae", vae_config="tiny48", text_encoder="umt5", text_max_length=8, shift=5.0,
         prediction="velocity", latent_camera="group_first", intrinsics="wan_fixed",
     )
     # The cache converts transformer/ at the published size; this base is tiny, so the tiny architecture stands in.
-    monkeypatch.setattr(convert, "_architecture", lambda a: convert.resolve_architecture(TINY_ARCH))
+    monkeypatch.setattr(official_base, "architecture_from_json", lambda a: convert.resolve_architecture(TINY_ARCH))
     first = Wan22TI2V5BAdapter(config=config, pretrained_path=str(tiny_official_base["root"]))
     second = Wan22TI2V5BAdapter(config=config, pretrained_path=str(tiny_official_base["root"]))
     assert len(calls) == 1
