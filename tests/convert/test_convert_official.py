@@ -10,10 +10,11 @@ from typing import Callable
 
 import pytest
 import torch
-from official_packages import TINY_ARCH, write_package
 
 import solarwm.convert as convert
 from solarwm.cli import main
+
+from official_packages import TINY_ARCH, write_package
 
 
 class CodePayload:

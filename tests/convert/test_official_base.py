@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from official_packages import wan_module
 from diffusers import AutoencoderKLWan
 from transformers import UMT5Config, UMT5EncoderModel
 
 from solarwm.backbones.official import OfficialCheckpointError
 from solarwm.backbones.official_base import convert_t5_state, convert_vae_state, umt5_config
 from solarwm.backbones.wan22_ti2v_5b import TINY_WAN_VAE_CONFIG
+
+from official_packages import wan_module
 
 
 def _moved(module: torch.nn.Module, seed: int) -> torch.nn.Module:

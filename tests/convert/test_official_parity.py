@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 import torch
-from official_packages import TINY_ARCH
 
 from solarwm.backbones.base import load_adapter, read_adapter_json
 from solarwm.cli import main
 from solarwm.convert import convert_official, sha256_file
+
+from official_packages import TINY_ARCH
 
 F, H, W = 3, 8, 12  # latent frames and size: 3 x 4 x 6 = 72 tokens
 
