@@ -55,6 +55,7 @@ from solarwm.backbones.export import (  # noqa: F401  (re-exported: the contract
     read_export,
     register_route,
     route_class,
+    transformer_block_class,
     write_export,
 )
 from solarwm.backbones.lora import LoRAConfig

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors.torch import load_file, save_file
 
 from solarwm.backbones import lora as _lora
@@ -61,6 +62,20 @@ def route_class(name: str) -> type:
                                           for c in cls.__mro__)):
         raise AdapterError(f"route {name!r} resolves to {ROUTES[name]}, which is not a BackboneAdapter")
     return cls
+
+
+def transformer_block_class(adapter: Any) -> type:
+    """The block a route's transformer repeats (the FSDP wrap unit, what sequence parallelism splits tokens for) of an
+    adapter class or instance: its class's ``transformer_block``, ``"module:Class"``."""
+    cls = adapter if isinstance(adapter, type) else type(adapter)
+    target = getattr(cls, "transformer_block", "")
+    if not target:
+        raise AdapterError(f"{cls.__name__} names no transformer_block (the FSDP wrap unit)")
+    module_name, _, class_name = target.partition(":")
+    block = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(block, type) and issubclass(block, torch.nn.Module)):
+        raise AdapterError(f"{cls.__name__}: transformer_block {target} is not an nn.Module class")
+    return block
 
 
 def read_adapter_json(directory: str | Path) -> dict[str, Any]:

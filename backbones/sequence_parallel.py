@@ -25,6 +25,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.backbones.export import transformer_block_class
 from solarwm.kernels.ulysses import SequenceParallel, SequenceParallelError
 
 #: A route's FSDP block (``transformer_block``) -> the arguments of its ``forward`` that are indexed by token
@@ -44,8 +45,6 @@ BLOCK_TOKEN_ARGS: dict[str, tuple[dict[str, int], str]] = {
 
 
 def _blocks(adapter: BackboneAdapter) -> list[torch.nn.Module]:
-    from solarwm.strategies import transformer_block_class  # lazy: strategies imports this module
-
     block = transformer_block_class(adapter)
     return [m for m in adapter.transformer.modules() if isinstance(m, block)]
 

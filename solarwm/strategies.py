@@ -26,7 +26,6 @@ the recipes use on GPUs takes real steps in the CPU test (``tests/distributed/te
 
 from __future__ import annotations
 
-import importlib
 from typing import Literal
 
 import torch
@@ -39,22 +38,9 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from solarwm.backbones.base import AdapterError, BackboneAdapter
+from solarwm.backbones.base import AdapterError, BackboneAdapter, transformer_block_class  # noqa: F401
 from solarwm.backbones.sequence_parallel import enable_sequence_parallel
 from solarwm.kernels.ulysses import SequenceParallel
-
-
-def transformer_block_class(adapter: BackboneAdapter | type[BackboneAdapter]) -> type[nn.Module]:
-    """The FSDP wrap unit of an adapter (class or instance): its class's ``transformer_block``, ``"module:Class"``."""
-    cls = adapter if isinstance(adapter, type) else type(adapter)
-    target = getattr(cls, "transformer_block", "")
-    if not target:
-        raise AdapterError(f"{cls.__name__} names no transformer_block (the FSDP wrap unit)")
-    module_name, _, class_name = target.partition(":")
-    block = getattr(importlib.import_module(module_name), class_name, None)
-    if not (isinstance(block, type) and issubclass(block, nn.Module)):
-        raise AdapterError(f"{cls.__name__}: transformer_block {target} is not an nn.Module class")
-    return block
 
 
 def bf16_mixed_policy() -> MixedPrecisionPolicy:
