@@ -508,14 +508,20 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
         """Dense token mask of ``[clean | noisy]`` for ``x_noisy [B, C, f, h, w]`` (``kernels.masks``)."""
         _, _, f, h, w = x_noisy.shape
         return causal_mask(
-            "teacher_forcing", f, self.tokens_per_frame(h, w), self.frames_per_block,
-            device=x_noisy.device, max_prior_blocks=self.window_blocks - 1,
+            "teacher_forcing",
+            f,
+            self.tokens_per_frame(h, w),
+            self.frames_per_block,
+            device=x_noisy.device,
+            max_prior_blocks=self.window_blocks - 1,
         )
 
     def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
         """Check ``x_t [B, C, f, h, w]``, ``sigma_per_frame [B, f]`` and that every per-frame condition covers them."""
         if x_t.dim() != 5 or x_t.shape[1] != self.latent_channels:
-            raise AdapterError(f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}")
+            raise AdapterError(
+                f"{self.route}: x_t must be [B, {self.latent_channels}, f, h, w], got {tuple(x_t.shape)}"
+            )
         b, _, f = x_t.shape[:3]
         if sigma_per_frame.shape != (b, f):
             raise AdapterError(f"{self.route}: sigma_per_frame must be [{b}, {f}], got {tuple(sigma_per_frame.shape)}")
@@ -531,7 +537,9 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
     def _check_cache_call(self, attn_mask: torch.Tensor | None, kv_cache: KVCache | None, commit: bool) -> None:
         """``commit=True`` needs a ``kv_cache``; a cached forward takes no ``attn_mask`` (the block sees its window)."""
         if self.dense_masks_only and attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
-            raise AdapterError(f"{self.route}: attn_mask must be a dense bool tensor (FlexAttention masks are not supported)")
+            raise AdapterError(
+                f"{self.route}: attn_mask must be a dense bool tensor (FlexAttention masks are not supported)"
+            )
         if kv_cache is None and commit:
             raise AdapterError(f"{self.route}: commit=True needs a kv_cache")
         if kv_cache is not None and attn_mask is not None:

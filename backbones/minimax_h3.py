@@ -89,26 +89,26 @@ from safetensors.torch import load_file, save_file
 
 from solarwm.backbones.base import AdapterError, BackboneAdapter, CacheWindow
 from solarwm.backbones.lora import LoRAConfig
-from solarwm.backbones.pretrained import load_transformer, load_vae
 from solarwm.backbones.minimax_h3_parts import (
-    MiniMaxH3Config,
-    TAG_VIDEO,
-    TAG_TEXT,
-    TAG_AUDIO,
     CLIP_FRAMES,
+    H3_LORA_TARGETS,
     LATENTS_PER_CLIP,
     SILENCE_FILE,
-    H3_LORA_TARGETS,
+    TAG_AUDIO,
+    TAG_TEXT,
+    TAG_VIDEO,
     VAE_CONFIGS,
-    h3_valid_num_frames,
+    H3AttentionContext,
+    H3PatchifyCodec,
+    H3PRoPEAttnProcessor,
+    H3VAECodec,
+    MiniMaxH3Config,
+    attach_h3_context,
     h3_latent_frames,
     h3_latent_to_pixel_frame,
-    H3PatchifyCodec,
-    H3VAECodec,
-    H3AttentionContext,
-    attach_h3_context,
-    H3PRoPEAttnProcessor,
+    h3_valid_num_frames,
 )
+from solarwm.backbones.pretrained import load_transformer, load_vae
 from solarwm.backbones.text import HashingTextEncoder
 from solarwm.kernels.kv_cache import KVCache
 from solarwm.kernels.masks import MaskMod, flex_block_mask, teacher_forcing_mask, teacher_forcing_mask_mod

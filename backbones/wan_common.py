@@ -86,18 +86,37 @@ class WanRouteConfig:
     def transformer_kwargs(self, in_channels: int, out_channels: int | None = None) -> dict[str, Any]:
         """Keyword arguments of ``WanTransformer3DModel`` for this config (``out_channels`` defaults to ``in_channels``)."""
         return dict(
-            patch_size=self.patch_size, num_attention_heads=self.num_attention_heads,
-            attention_head_dim=self.attention_head_dim, in_channels=in_channels,
+            patch_size=self.patch_size,
+            num_attention_heads=self.num_attention_heads,
+            attention_head_dim=self.attention_head_dim,
+            in_channels=in_channels,
             out_channels=in_channels if out_channels is None else out_channels,
-            text_dim=self.text_dim, freq_dim=self.freq_dim, ffn_dim=self.ffn_dim, num_layers=self.num_layers,
-            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, image_dim=None,
-            added_kv_proj_dim=None, rope_max_seq_len=self.rope_max_seq_len,
+            text_dim=self.text_dim,
+            freq_dim=self.freq_dim,
+            ffn_dim=self.ffn_dim,
+            num_layers=self.num_layers,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            eps=1e-6,
+            image_dim=None,
+            added_kv_proj_dim=None,
+            rope_max_seq_len=self.rope_max_seq_len,
         )
 
 
 #: Transformer config keys a checkpoint must match.
-_CHECKED_KEYS = ("num_layers", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels",
-                 "text_dim", "ffn_dim", "freq_dim", "patch_size", "image_dim")
+_CHECKED_KEYS = (
+    "num_layers",
+    "num_attention_heads",
+    "attention_head_dim",
+    "in_channels",
+    "out_channels",
+    "text_dim",
+    "ffn_dim",
+    "freq_dim",
+    "patch_size",
+    "image_dim",
+)
 
 
 class WanAdapterBase(BackboneAdapter):
@@ -207,16 +226,21 @@ class WanAdapterBase(BackboneAdapter):
         from solarwm.backbones.official import WAN_FIXED_FX, WAN_FIXED_FY
 
         width, height = image_size
-        fixed = torch.tensor([WAN_FIXED_FX * width, WAN_FIXED_FY * height, width / 2, height / 2],
-                             dtype=K.dtype, device=K.device)
+        fixed = torch.tensor(
+            [WAN_FIXED_FX * width, WAN_FIXED_FY * height, width / 2, height / 2], dtype=K.dtype, device=K.device
+        )
         return fixed.expand(K.shape)
 
-    def attention_context(self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None) -> AttentionContext:
+    def attention_context(
+        self, x_t: torch.Tensor, cond: dict[str, Any], attn_mask: torch.Tensor | None
+    ) -> AttentionContext:
         """All frames at positions ``0..f-1``, cameras relative to the first."""
         return AttentionContext(
-            self.window_viewmats(cond["c2w"], 0), self.prope_K(cond["K"], cond["image_size"]),
+            self.window_viewmats(cond["c2w"], 0),
+            self.prope_K(cond["K"], cond["image_size"]),
             tuple(cond["image_size"]),
-            positions=torch.arange(x_t.shape[2]), attn_mask=attn_mask,
+            positions=torch.arange(x_t.shape[2]),
+            attn_mask=attn_mask,
         )
 
     def cached_attention_context(
@@ -227,9 +251,15 @@ class WanAdapterBase(BackboneAdapter):
         viewmats = self.window_viewmats(window.c2w, start)
         K = self.prope_K(window.K, cond["image_size"])
         return AttentionContext(
-            viewmats[:, start:], K[:, start:], tuple(cond["image_size"]),
-            positions=torch.arange(start, width), cache=cache, commit=commit,
-            kv_viewmats=viewmats, kv_K=K, kv_positions=torch.arange(width),
+            viewmats[:, start:],
+            K[:, start:],
+            tuple(cond["image_size"]),
+            positions=torch.arange(start, width),
+            cache=cache,
+            commit=commit,
+            kv_viewmats=viewmats,
+            kv_K=K,
+            kv_positions=torch.arange(width),
         )
 
     def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> AttentionContext:
@@ -238,8 +268,11 @@ class WanAdapterBase(BackboneAdapter):
         positions = torch.arange(x_noisy.shape[2])
         K = self.prope_K(cond["K"], cond["image_size"])
         return AttentionContext(
-            torch.cat([viewmats, viewmats], 1), torch.cat([K, K], 1), tuple(cond["image_size"]),
-            positions=torch.cat([positions, positions]), attn_mask=self.teacher_forcing_mask(x_noisy),
+            torch.cat([viewmats, viewmats], 1),
+            torch.cat([K, K], 1),
+            tuple(cond["image_size"]),
+            positions=torch.cat([positions, positions]),
+            attn_mask=self.teacher_forcing_mask(x_noisy),
         )
 
     def run_transformer(
@@ -270,8 +303,10 @@ class WanAdapterBase(BackboneAdapter):
         dtype = self.transformer.dtype
         try:
             out = self.transformer(
-                hidden_states=x_in.to(dtype), timestep=timestep,
-                encoder_hidden_states=cond["text_embeds"].to(dtype), return_dict=False,
+                hidden_states=x_in.to(dtype),
+                timestep=timestep,
+                encoder_hidden_states=cond["text_embeds"].to(dtype),
+                return_dict=False,
             )[0]
         finally:
             rope._solarwm_context = None

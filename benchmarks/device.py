@@ -33,13 +33,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
 from prope_attention import IMAGE_SIZE, random_cameras, time_ms
-from rollout import rss_mib, setup as rollout_setup
+from rollout import rss_mib
+from rollout import setup as rollout_setup
+from train_step import make_batch
+
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 from solarwm.kernels.prope import prope_attention
 from solarwm.stages.bidirectional import BidirectionalModule
-from train_step import make_batch
 
 #: Full-size and dry-run shapes: (heads, head_dim, latent frames, tokens per latent frame, pixel frames, W, H, blocks).
 SHAPES = {

@@ -164,9 +164,14 @@ def one_hour(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - t0
     curve = (sums / np.maximum(counts, 1)).round(5).tolist()
     full = [c for c, n in zip(curve, counts) if n >= per_minute // 2]
-    return {"minutes": args.hour_minutes, "frames": frames, "detail_per_minute": curve,
-            "last_over_first": round(full[-1] / full[0], 3), "truth_first_frame_detail": round(float(detail(first_small)[0]), 5),
-            "generated_frames_per_second": round(frames / seconds, 1)}
+    return {
+        "minutes": args.hour_minutes,
+        "frames": frames,
+        "detail_per_minute": curve,
+        "last_over_first": round(full[-1] / full[0], 3),
+        "truth_first_frame_detail": round(float(detail(first_small)[0]), 5),
+        "generated_frames_per_second": round(frames / seconds, 1),
+    }
 
 
 def main() -> None:
@@ -179,9 +184,15 @@ def main() -> None:
     parser.add_argument("--motion", default="mixed")
     parser.add_argument("--steps", type=int, default=2, help="steps per block (recipes/tiny_dmd.yaml: 2)")
     parser.add_argument("--draw", type=int, default=0, help="noise seed of the rollouts")
-    parser.add_argument("--window_blocks", type=int, default=None, help="causal window in blocks (default: the export's)")
-    parser.add_argument("--max_offset", type=int, default=None,
-                        help="probe: clamp cached keys' temporal positions to this many frames before the last")
+    parser.add_argument(
+        "--window_blocks", type=int, default=None, help="causal window in blocks (default: the export's)"
+    )
+    parser.add_argument(
+        "--max_offset",
+        type=int,
+        default=None,
+        help="probe: clamp cached keys' temporal positions to this many frames before the last",
+    )
     parser.add_argument("--strip", default=None, help="PNG path of the truth-over-generation strip")
     parser.add_argument("--strip_worlds", type=int, default=4)
     parser.add_argument("--hour", action="store_true", help="the hour-long detail curve instead")
@@ -206,15 +217,19 @@ def main() -> None:
 def print_summary(r: dict) -> None:
     """The figures the targets read, in a few lines."""
     if "detail_per_minute" in r:
-        print(f"hour ({r['minutes']} min at 16 fps): generated detail per minute {r['detail_per_minute']}; "
-              f"last / first minute {r['last_over_first']}; {r['generated_frames_per_second']} frames/s")
+        print(
+            f"hour ({r['minutes']} min at 16 fps): generated detail per minute {r['detail_per_minute']}; "
+            f"last / first minute {r['last_over_first']}; {r['generated_frames_per_second']} frames/s"
+        )
         return
     print(f"one minute, {r['worlds']} unseen worlds, per 5-s window:")
     print("  detail ratio (mean)   " + " ".join(f"{v:6.2f}" for v in r["detail_ratio_per_window"]))
     print("  PSNR - first frame dB " + " ".join(f"{v:6.2f}" for v in r["gap_per_window"]))
     lo, hi = r["detail_in_band_ci"]
-    print(f"  (world, window) pairs with detail in [0.6, 1.6]: {r['detail_in_band']:.2f} [{lo:.2f}, {hi:.2f}]; "
-          f"worst mean gap from 5 s on {r['worst_gap_db']:.2f} dB {r['worst_gap_ci']} (window {r['worst_gap_window']})")
+    print(
+        f"  (world, window) pairs with detail in [0.6, 1.6]: {r['detail_in_band']:.2f} [{lo:.2f}, {hi:.2f}]; "
+        f"worst mean gap from 5 s on {r['worst_gap_db']:.2f} dB {r['worst_gap_ci']} (window {r['worst_gap_window']})"
+    )
 
 
 if __name__ == "__main__":

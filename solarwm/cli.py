@@ -27,14 +27,20 @@ from solarwm.util.errors import concise_message, error_line, print_error  # noqa
 
 DATA_VERBS: dict[str, tuple[str, str]] = {
     "synth": ("solarwm.data.sources.synthetic:synth_command", "render procedural worlds as canonical clips"),
-    "ingest": ("solarwm.data.sources.ingest:ingest_command", "turn a source dataset (native layout) into canonical clips"),
+    "ingest": (
+        "solarwm.data.sources.ingest:ingest_command",
+        "turn a source dataset (native layout) into canonical clips",
+    ),
     "inspect": ("solarwm.data.inspect:inspect_command", "validate clips or an index and print a JSON summary"),
     "annotate": ("solarwm.data.annotate.runner:annotate_command", "compute camera, visual, motion and caption metrics"),
     "derive": ("solarwm.data.derive:derive_command", "derive Clean Plate owners from parent clips (lineage kept)"),
     "select": ("solarwm.data.policy.cli:select_command", "sort clips into xhigh/high/rejected by a versioned policy"),
     "pack": ("solarwm.data.release:pack_command", "write the raw-wds release (WebDataset shards + index)"),
     "recipe": ("solarwm.data.recipe:recipe_command", "build train/test recipe indices from a release"),
-    "latents": ("solarwm.datamodules.latents:latents_command", "encode a recipe's windows once: the latent-cache model view"),
+    "latents": (
+        "solarwm.datamodules.latents:latents_command",
+        "encode a recipe's windows once: the latent-cache model view",
+    ),
     "report": ("solarwm.data.report:report_command", "figures and an HTML page of a corpus or release"),
 }
 CAMERA_VERBS: dict[str, tuple[str, str]] = {
@@ -42,7 +48,10 @@ CAMERA_VERBS: dict[str, tuple[str, str]] = {
 }
 CONVERT_VERBS: dict[str, tuple[str, str]] = {
     "official": ("solarwm.convert:official_command", "an official SolarWM Wan2.2-5B stage package -> adapter export"),
-    "official-base": ("solarwm.convert:official_base_command", "the official base (original Wan layout) -> diffusers layout"),
+    "official-base": (
+        "solarwm.convert:official_base_command",
+        "the official base (original Wan layout) -> diffusers layout",
+    ),
 }
 GROUPS: dict[str, dict[str, tuple[str, str]]] = {"data": DATA_VERBS, "camera": CAMERA_VERBS, "convert": CONVERT_VERBS}
 TRAIN_VERBS = ("fit", "validate", "test", "predict")
@@ -58,13 +67,15 @@ def _load(target: str) -> Callable:
 
 
 def _usage() -> str:
-    lines = ["usage: solarwm {fit,validate,test,predict} --config recipes/<name>.yaml [...]",
-             "       solarwm data <verb> [--help]",
-             "       solarwm camera <verb> [--help]",
-             "       solarwm convert official PACKAGE --out DIR [--weights ema|live] [--architecture JSON] [--base DIR]",
-             "       solarwm convert official-base BASE --out DIR",
-             "       solarwm play [--adapter DIR] [--first_frame IMG] [--caption TEXT] [--port 7860] [--help]",
-             "       --debug anywhere: show the traceback of an error instead of one line"]
+    lines = [
+        "usage: solarwm {fit,validate,test,predict} --config recipes/<name>.yaml [...]",
+        "       solarwm data <verb> [--help]",
+        "       solarwm camera <verb> [--help]",
+        "       solarwm convert official PACKAGE --out DIR [--weights ema|live] [--architecture JSON] [--base DIR]",
+        "       solarwm convert official-base BASE --out DIR",
+        "       solarwm play [--adapter DIR] [--first_frame IMG] [--caption TEXT] [--port 7860] [--help]",
+        "       --debug anywhere: show the traceback of an error instead of one line",
+    ]
     for group, verbs in GROUPS.items():
         lines += ["", f"{group} verbs:"] + [f"  {verb:<10} {help_}" for verb, (_, help_) in verbs.items()]
     return "\n".join(lines)
@@ -91,8 +102,12 @@ def _normalise_args(fn: Callable, args: list[str]) -> list[str]:
     ``--bad-fraction``, ``--corpus DIR``, ``--stages vmaf cuts`` (or ``--stages vmaf,cuts``) and bare
     boolean flags (``--list``).
     """
-    args = [a.split("=", 1)[0].replace("-", "_").replace("__", "--", 1) + a[len(a.split("=", 1)[0]):]
-            if a.startswith("--") else a for a in args]
+    args = [
+        a.split("=", 1)[0].replace("-", "_").replace("__", "--", 1) + a[len(a.split("=", 1)[0]) :]
+        if a.startswith("--")
+        else a
+        for a in args
+    ]
     required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
     lists = _list_parameters(fn)
     import typing
@@ -173,8 +188,9 @@ def _dispatch(argv: list[str]) -> int:
 
         fn = _load(PLAIN_VERBS[argv[0]][0])
         # exit_on_error=False: a bad option is one line from `main`, as for the group verbs.
-        return int(CLI(fn, args=_normalise_args(fn, list(argv[1:])), prog=f"solarwm {argv[0]}",
-                       exit_on_error=False) or 0)
+        return int(
+            CLI(fn, args=_normalise_args(fn, list(argv[1:])), prog=f"solarwm {argv[0]}", exit_on_error=False) or 0
+        )
     print(f"solarwm: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

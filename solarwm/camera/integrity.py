@@ -12,7 +12,6 @@ import numpy as np
 
 from solarwm.camera.intrinsics import focal_divergence, fov_deg
 
-
 # What meta.pose_units may say: metric, or relative (translation known up to one global scale).
 POSE_UNITS = ("metric", "relative")
 

@@ -28,7 +28,16 @@ import numpy as np
 from solarwm.camera.intrinsics import resize_intrinsics
 from solarwm.data.accounting import failed_stages
 from solarwm.data.contract import (
-    FILES, Clip, ClipError, clip_id, iter_clip_dirs, pose_units, read_clip, read_meta, write_clip, write_failed_clip,
+    FILES,
+    Clip,
+    ClipError,
+    clip_id,
+    iter_clip_dirs,
+    pose_units,
+    read_clip,
+    read_meta,
+    write_clip,
+    write_failed_clip,
 )
 from solarwm.data.executor import map_tasks
 

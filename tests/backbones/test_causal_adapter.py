@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from solarwm.backbones import load_adapter
-from solarwm.backbones import wan_attention
+from solarwm.backbones import load_adapter, wan_attention
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 from solarwm.camera.se3 import look_at
 from solarwm.kernels.masks import block_causal_mask

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from routes import RECIPES, published_recipes
 from solarwm.backbones.base import AdapterError, route_class
 from solarwm.strategies import RouteFSDPStrategy, transformer_block_class
 from solarwm.train_cli import parse_recipe
+
+from routes import RECIPES, published_recipes
 
 ROUTES = published_recipes()  # recipe prefix -> registered route
 

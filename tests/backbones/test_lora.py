@@ -11,12 +11,13 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-import route_contract as contract
 from solarwm.backbones.base import AdapterError, load_adapter
 from solarwm.backbones.lora import LoRAConfig
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 from solarwm.stages.bidirectional import BidirectionalModule
 from solarwm.stages.checkpoints import StageCheckpointError, load_adapter_weights
+
+import route_contract as contract
 
 LORA = {"rank": 4, "alpha": 4, "target_modules": ["to_q", "to_k", "to_v", "to_out.0"], "dropout": 0.0}
 
@@ -211,6 +212,7 @@ def test_fit_stage1_and_stage2_with_lora_through_the_cli(tmp_path):
     """`solarwm fit` of 2 steps of stage 1 and stage 2 with `lora:`: EMA, export and init_from see only the LoRA."""
     from solarwm.stages.checkpoints import ema_shadow, read_checkpoint
     from solarwm.train_cli import main
+
     from runs import tiny_recipe as _tiny_recipe
 
     bid = _tiny_recipe(tmp_path / "bid", lora=dict(LORA))

@@ -8,10 +8,11 @@ against the rollout, the export round trip, LoRA (``routes.ROUTE_TEST_LORA``). A
 
 from __future__ import annotations
 
-import route_contract as contract
-from routes import RECIPES, ROUTE_TEST_CLIPS, ROUTE_TEST_LORA, published_recipes, tiny_adapter
 from solarwm.backbones.export import ROUTES, route_class
 from solarwm.train_cli import parse_recipe
+
+import route_contract as contract
+from routes import RECIPES, ROUTE_TEST_CLIPS, ROUTE_TEST_LORA, published_recipes, tiny_adapter
 
 
 def test_every_route_has_a_test_clip_and_a_route_recipe():

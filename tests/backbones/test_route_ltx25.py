@@ -11,16 +11,17 @@ import shutil
 import pytest
 import torch
 
-import route_contract as contract
 from solarwm.backbones.base import AdapterError, load_adapter, route_class
 from solarwm.backbones.ltx25 import (
+    TINY_LTX_VAE_CONFIG,
     LTX25Adapter,
     LTX25Config,
     LTXVAECodec,
-    TINY_LTX_VAE_CONFIG,
     ltx_rope_freqs,
 )
 from solarwm.rollout.engine import Rollout
+
+import route_contract as contract
 
 
 def adapter(**changes) -> LTX25Adapter:

@@ -8,9 +8,10 @@ import pytest
 import torch
 from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3AttnProcessor
 
-import route_contract as contract
 from solarwm.backbones.base import AdapterError, load_adapter
 from solarwm.backbones.minimax_h3 import MiniMaxH3Adapter, MiniMaxH3Config
+
+import route_contract as contract
 
 FRAMES = 17 + 5  # 7 latent frames = a block of 5 and a block of 2
 SIZE = 16  # 16x16 video -> 8x8 latents -> 16 rows per latent frame

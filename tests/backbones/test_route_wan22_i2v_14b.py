@@ -15,11 +15,12 @@ import torch
 from diffusers import WanImageToVideoPipeline
 from diffusers.models.transformers.transformer_wan import WanAttnProcessor
 
-import route_contract as contract
 from solarwm.backbones import route_class
 from solarwm.backbones.base import AdapterError
 from solarwm.backbones.wan22_i2v_14b import WAN21_VAE_CONFIG, Wan22I2V14BAdapter, Wan22I2V14BConfig
 from solarwm.rollout.engine import Rollout, block_conditions
+
+import route_contract as contract
 
 FRAMES, SIZE = 4 * 5 + 1, 32  # 6 latent frames = 2 causal blocks; 4x4 latents, 2x2 tokens per frame
 

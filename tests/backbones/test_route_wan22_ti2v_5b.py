@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-import route_contract as contract
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
+
+import route_contract as contract
 
 
 def adapter() -> Wan22TI2V5BAdapter:

@@ -7,11 +7,17 @@ import pytest
 import torch
 
 from solarwm.camera import conventions as conv
-from solarwm.camera.intrinsics import (
-    crop_intrinsics, focal_divergence, focal_mm_to_pixels, fov_deg, normalized_to_pixels,
-    pixels_to_normalized, project, resize_intrinsics,
-)
 from solarwm.camera.integrity import camera_integrity
+from solarwm.camera.intrinsics import (
+    crop_intrinsics,
+    focal_divergence,
+    focal_mm_to_pixels,
+    fov_deg,
+    normalized_to_pixels,
+    pixels_to_normalized,
+    project,
+    resize_intrinsics,
+)
 from solarwm.camera.se3 import PoseError, check_se3, compose, look_at, relative_pose, se3_inverse
 
 

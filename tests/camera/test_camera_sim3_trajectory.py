@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
+from solarwm.camera import trajectory as tj
 from solarwm.camera.conventions import pose_from_quaternion
 from solarwm.camera.se3 import check_se3
 from solarwm.camera.sim3 import DegenerateAlignmentError, robust_umeyama, umeyama
-from solarwm.camera import trajectory as tj
 
 
 def _known(rng, n=50):

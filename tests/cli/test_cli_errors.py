@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from commands import solarwm_argv
 
 import solarwm.camera.cli
 from solarwm.cli import is_expected_error, main
+
+from commands import solarwm_argv
 
 
 def _one_error_line(stderr: str, command: str) -> str:
@@ -95,7 +96,6 @@ def test_bugs_keep_their_traceback(monkeypatch):
 
 def test_expected_error_classes():
     from solarwm.backbones.base import AdapterError
-
     from solarwm.data.contract import ClipError
     from solarwm.data.video import VideoError
 

@@ -411,6 +411,7 @@ class _CurrentStderr:
 @pytest.fixture
 def recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Path:
     import lightning.pytorch  # noqa: F401  (its log handlers exist from here on)
+
     from runs import tiny_recipe as _tiny_recipe
 
     # Lightning's log handlers keep the stderr of the test that first imported it; make them write to the current one.

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from routes import RECIPES, published_recipes
 from solarwm.backbones.base import read_adapter_json
 from solarwm.train_cli import main
+
+from routes import RECIPES, published_recipes
 
 ROUTES = tuple(published_recipes())  # recipe prefixes of the registered routes (wan22_5b, ..., minimax_h3)
 STAGES = {"bid": "bidirectional", "tf": "tf_anyflow", "dmd": "dmd"}

@@ -15,6 +15,7 @@ from solarwm.data.contract import iter_clip_dirs
 from solarwm.data.video import probe_video, read_video
 from solarwm.stages.checkpoints import StageCheckpointError
 from solarwm.train_cli import SolarCLI, main
+
 from runs import tiny_recipe as _tiny_recipe
 
 

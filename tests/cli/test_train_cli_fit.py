@@ -12,8 +12,9 @@ import yaml
 from solarwm.camera.trajectory import compose_segments, forward, save_trajectory, yaw_turn
 from solarwm.data.contract import iter_clip_dirs
 from solarwm.data.video import read_video
-from runs import tiny_recipe as _tiny_recipe
 from solarwm.train_cli import main
+
+from runs import tiny_recipe as _tiny_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from solarwm.data.annotate.runner import annotate_command, annotate_clip, run_annotate
+from solarwm.data.annotate.runner import annotate_clip, annotate_command, run_annotate
 from solarwm.data.annotate.stages import AnnotateConfig
 from solarwm.data.contract import iter_clip_dirs, read_meta, update_meta
 

@@ -12,7 +12,6 @@ import json
 import subprocess
 
 import numpy as np
-from commands import solarwm_argv
 
 from solarwm.camera.intrinsics import resize_intrinsics
 from solarwm.data.accounting import account
@@ -32,6 +31,8 @@ from solarwm.data.derive import (
     resize_frames,
     slice_plan,
 )
+
+from commands import solarwm_argv
 
 
 def parent(corpus, owner, name, n, units="metric", size=(64, 36)):
@@ -153,7 +154,6 @@ def tiny_ltx23_folder(root):
     from diffusers.pipelines.ltx2 import LTX2TextConnectors
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
     from safetensors.torch import save_file
-    from solarwm.backbones.ltx25 import TINY_LTX_VAE_CONFIG, LTX25Config
     from transformers import (
         Gemma3Config,
         Gemma3ForConditionalGeneration,
@@ -161,6 +161,8 @@ def tiny_ltx23_folder(root):
         GemmaTokenizer,
         SiglipVisionConfig,
     )
+
+    from solarwm.backbones.ltx25 import TINY_LTX_VAE_CONFIG, LTX25Config
 
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "\u2581"]
     tokenizer = GemmaTokenizer(

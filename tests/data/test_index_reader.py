@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpora import make_corpus
 
 from solarwm.data.contract import read_clip
 from solarwm.data.index import (
@@ -25,6 +24,8 @@ from solarwm.data.index import (
     write_rows,
 )
 from solarwm.data.release import pack_command
+
+from corpora import make_corpus
 
 
 @pytest.fixture(scope="module")

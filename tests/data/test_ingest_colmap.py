@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from native_fixtures import make_world, world_mp4, write_spatialvid
 from solarwm.camera.sim3 import trajectory_errors
 from solarwm.cli import main
 from solarwm.data.annotate.runner import annotate_command
@@ -29,6 +28,8 @@ from solarwm.data.policy.table import flatten_meta, records_to_table
 from solarwm.data.sources.render import depth_views
 from solarwm.data.sources.synthetic import make_scene, synth_corpus
 from solarwm.data.video import read_video
+
+from native_fixtures import make_world, world_mp4, write_spatialvid
 
 POLICY = load_policy(Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml")
 W, H, FPS, N = 160, 120, 16.0, 81

@@ -5,13 +5,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from native_fixtures import (
-    expected_indices, fov_for_focal, make_world, realcam_entry, write_abot, write_multicam, write_omniworld,
-    write_oracle, write_realcam, write_sekai_game,
-)
 from solarwm.data.accounting import account
 from solarwm.data.contract import clip_id, iter_clip_dirs, read_clip, read_meta
 from solarwm.data.sources.ingest import ingest
+
+from native_fixtures import (
+    expected_indices,
+    fov_for_focal,
+    make_world,
+    realcam_entry,
+    write_abot,
+    write_multicam,
+    write_omniworld,
+    write_oracle,
+    write_realcam,
+    write_sekai_game,
+)
 
 SRC_FPS, N = 30.0, 310  # two whole 81f windows of 152 source frames each
 

@@ -6,14 +6,23 @@ import pickle
 import numpy as np
 import pytest
 
-from native_fixtures import (
-    expected_indices, make_world, mind_actions, world_mp4, write_dl3dv, write_mind, write_miradata,
-    write_oracle, write_sekai_walking, write_spatialvid,
-)
 from solarwm.cli import main
 from solarwm.data.accounting import account
 from solarwm.data.contract import clip_id, iter_clip_dirs, read_clip, read_meta
 from solarwm.data.sources.ingest import DEFAULT_ESTIMATOR, IngestConfig, get_source, ingest
+
+from native_fixtures import (
+    expected_indices,
+    make_world,
+    mind_actions,
+    world_mp4,
+    write_dl3dv,
+    write_mind,
+    write_miradata,
+    write_oracle,
+    write_sekai_walking,
+    write_spatialvid,
+)
 
 SRC_FPS, N = 30.0, 310
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_policy_table3 import GOOD  # one fixture row that passes every owner's policy
 
 from solarwm.data.policy import COLUMNS, OWNERS, TIERS, Check, Policy, evaluate, load_policy
 from solarwm.data.policy.engine import format_number
 from solarwm.data.policy.spec import BOOL, NUMBER, TEXT
 from solarwm.data.policy.table import records_to_table
-from test_policy_table3 import GOOD  # one fixture row that passes every owner's policy
 
 POLICY = load_policy(Path(__file__).resolve().parents[2] / "recipes/policies/solarwm-v1.yaml")
 FLAGS = ["text_heavy", "watermark", "ui_overlay", "blurry", "near_static", "low_light", "nsfw", "single_color"]

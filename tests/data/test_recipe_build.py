@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from corpora import make_corpus
 
 from solarwm.data.index import read_index
 from solarwm.data.policy.spec import OWNERS
@@ -22,6 +21,8 @@ from solarwm.data.recipe import (
     window_starts,
 )
 from solarwm.data.release import pack_command
+
+from corpora import make_corpus
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "data"
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from corpora import DEFAULT_CLIPS, make_corpus  # noqa: F401
 from solarwm.data import release
 from solarwm.data.index import read_index, read_rows
 from solarwm.data.release import INDEX_FIELDS, ReleaseError, pack_command, sample_key
+
+from corpora import DEFAULT_CLIPS, make_corpus  # noqa: F401
+
 
 def shard_contents(out: Path) -> dict[str, list[tuple[str, bytes]]]:
     """Every shard's members in tar order, with their bytes."""

@@ -7,10 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
-from corpora import make_corpus
 
 from solarwm.data.release import pack_command
 from solarwm.data.report import report_command
+
+from corpora import make_corpus
 
 POLICY = Path(__file__).resolve().parents[2] / "recipes" / "policies" / "solarwm-v1.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

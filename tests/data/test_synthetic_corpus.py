@@ -11,7 +11,13 @@ import pytest
 from solarwm.camera.integrity import camera_integrity
 from solarwm.data.contract import iter_clip_dirs, read_clip, read_meta, validate_clip
 from solarwm.data.sources.synthetic import (
-    DEFECTS, SynthSpec, assign_defects, build_clip, sample_trajectory, synth_command, synth_corpus,
+    DEFECTS,
+    SynthSpec,
+    assign_defects,
+    build_clip,
+    sample_trajectory,
+    synth_command,
+    synth_corpus,
 )
 from solarwm.data.video import read_video
 from solarwm.metrics.camera_following import rotation_angle_deg

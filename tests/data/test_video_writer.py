@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from solarwm.data.video import (
-    VideoError, VideoWriter, encode_video_bytes, probe_video, read_video, read_video_bytes, write_video,
+    VideoError,
+    VideoWriter,
+    encode_video_bytes,
+    probe_video,
+    read_video,
+    read_video_bytes,
+    write_video,
 )
 
 

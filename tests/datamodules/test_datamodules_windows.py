@@ -10,7 +10,6 @@ from solarwm.camera.intrinsics import project
 from solarwm.camera.se3 import look_at
 from solarwm.data.contract import Clip, clip_id, read_meta, update_meta, write_clip
 from solarwm.data.sources.synthetic import synth_corpus
-from solarwm.datamodules.world import SynthCorpus
 from solarwm.datamodules import (
     ClipWindowDataset,
     RepeatSampler,
@@ -20,6 +19,7 @@ from solarwm.datamodules import (
     fit_intrinsics,
     resize_crop,
 )
+from solarwm.datamodules.world import SynthCorpus
 
 
 def _blob(u: float, v: float, width: int, height: int, sigma: float = 3.0) -> np.ndarray:

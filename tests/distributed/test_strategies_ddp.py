@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from commands import solarwm_argv
 
 from solarwm.train_cli import main
+
+from commands import solarwm_argv
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 GLOBAL_BATCH = 4

@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from commands import solarwm_argv
-from routes import RECIPES, published_recipes
 from safetensors.torch import load_file
-from solarwm.backbones.base import route_class
 
+from solarwm.backbones.base import route_class
 from solarwm.strategies import transformer_block_class
 from solarwm.train_cli import parse_recipe
+
+from commands import solarwm_argv
+from routes import RECIPES, published_recipes
 
 ROUTES = published_recipes()  # recipe prefix -> registered route
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from solarwm.kernels.prope import PRoPEError, cameras_per_token, projective_matrices, prope_attention
 from solarwm.kernels.masks import block_causal_mask
+from solarwm.kernels.prope import PRoPEError, cameras_per_token, projective_matrices, prope_attention
 
 W, H = 64, 48  # image size the pixel intrinsics refer to
 

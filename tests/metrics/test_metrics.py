@@ -27,7 +27,6 @@ from solarwm.metrics import (
 )
 from solarwm.metrics.camera_following import _normalised
 
-
 # ---------------------------------------------------------------- PSNR / SSIM
 
 

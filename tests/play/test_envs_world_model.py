@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import solarwm.envs  # noqa: F401  (registers the environment)
+
 from play_fixtures import first_frame_png, tiny_causal_adapter
 
 

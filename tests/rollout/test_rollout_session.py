@@ -6,12 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from play_fixtures import (
-    REFERENCE, REFERENCE_CAPTION, REFERENCE_SEED, first_frame_png, reference_trajectory, tiny_causal_adapter,
-)
 from solarwm.backbones.base import load_adapter
 from solarwm.camera.trajectory import load_trajectory
 from solarwm.rollout.session import RolloutSession, SessionError
+
+from play_fixtures import (
+    REFERENCE,
+    REFERENCE_CAPTION,
+    REFERENCE_SEED,
+    first_frame_png,
+    reference_trajectory,
+    tiny_causal_adapter,
+)
 
 
 @pytest.fixture(scope="module")

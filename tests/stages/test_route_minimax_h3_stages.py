@@ -10,6 +10,7 @@ import yaml
 
 from solarwm.backbones.base import load_adapter, read_adapter_json
 from solarwm.train_cli import main
+
 from runs import tiny_recipe as _tiny_recipe
 
 

@@ -8,8 +8,8 @@ import torch
 
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 from solarwm.camera.se3 import look_at
-from solarwm.stages.bidirectional import BidirectionalModule, NonFiniteLossError, WarmupConstantLR
 from solarwm.objectives.flow_matching import loss_weights, masked_mse, sample_uniform_u
+from solarwm.stages.bidirectional import BidirectionalModule, NonFiniteLossError, WarmupConstantLR
 
 B, F, H, W = 2, 9, 32, 32
 

@@ -17,6 +17,7 @@ REFERENCE_CAPTION = "a hallway"
 def tiny_causal_adapter(directory: Path, seed: int = 0) -> Path:
     """Export a tiny random-weight ``wan22_ti2v_5b`` adapter tagged as a causal (``dmd``) model into ``directory``."""
     import torch
+
     from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 
     torch.manual_seed(seed)

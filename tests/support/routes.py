@@ -56,8 +56,9 @@ def published_recipes() -> dict[str, str]:
 
 def tiny_adapter(route: str, perturbed: bool = True) -> torch.nn.Module:
     """The route's tiny preset, seeded, with its weights moved off their init (``route_contract.perturb``)."""
-    import route_contract as contract
     from solarwm.backbones.base import route_class
+
+    import route_contract as contract
 
     torch.manual_seed(0)
     adapter = route_class(route)(preset="tiny")

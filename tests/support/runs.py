@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from routes import RECIPES
 from solarwm.lightning_cli import parse_recipe
+
+from routes import RECIPES
 
 
 def tiny_recipe(root: Path, recipe: str = "tiny_bid.yaml", corpus: Path | None = None, **adapter_init) -> Path:

@@ -18,8 +18,8 @@ import json
 import math
 import os
 import re
-import urllib.parse
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any

@@ -10,6 +10,9 @@ weights are read, and the ingestor records the clip as failed with the reason
 
 from __future__ import annotations
 
+# Plug-ins register themselves on import; importing them here makes every name known to
+# ``get_estimator``. They import their heavy dependencies (pycolmap, torch) only when built.
+from solarwm.data.estimators import colmap, official  # noqa: E402,F401
 from solarwm.data.estimators.registry import (  # noqa: F401  (the registry's names, as the package has always had them)
     ESTIMATORS,
     POSE_UNITS,
@@ -21,7 +24,3 @@ from solarwm.data.estimators.registry import (  # noqa: F401  (the registry's na
     get_estimator,
     register,
 )
-
-# Plug-ins register themselves on import; importing them here makes every name known to
-# ``get_estimator``. They import their heavy dependencies (pycolmap, torch) only when built.
-from solarwm.data.estimators import colmap, official  # noqa: E402,F401

@@ -13,9 +13,19 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from solarwm.data.annotate.registry import (STAGES, AnnotateConfig, AnnotateConfigError, ClipContext, Option, Stage,
-                                            StageSkipped, default_stages, register_stage, stage_options,
-                                            unregister_stage)
+from solarwm.data.annotate.registry import (
+    STAGES,
+    AnnotateConfig,
+    AnnotateConfigError,
+    ClipContext,
+    Option,
+    Stage,
+    StageSkipped,
+    default_stages,
+    register_stage,
+    stage_options,
+    unregister_stage,
+)
 from solarwm.data.annotate.stages import builtin
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):

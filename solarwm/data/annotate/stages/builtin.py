@@ -15,8 +15,15 @@ import numpy as np
 
 from solarwm.camera.integrity import camera_integrity
 from solarwm.data.annotate import visual
-from solarwm.data.annotate.registry import (AnnotateConfig, AnnotateConfigError, ClipContext, Option, Stage,
-                                            StageSkipped, register_stage)
+from solarwm.data.annotate.registry import (
+    AnnotateConfig,
+    AnnotateConfigError,
+    ClipContext,
+    Option,
+    Stage,
+    StageSkipped,
+    register_stage,
+)
 from solarwm.data.annotate.vlm import VLMConfig, caption_frames
 from solarwm.data.contract import check_alignment, pose_units, read_clip
 from solarwm.data.kinds import BOOL, NUMBER, STR_LIST, TEXT
