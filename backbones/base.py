@@ -477,7 +477,7 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
         context: Any,
         copies: int = 1,
     ) -> torch.Tensor:
-        """The route's model call on ``x [B, C, F, h, w]`` at ``sigma_per_frame [B, F]``: its output ``[B, C, F, h, w]``.
+        """The route's model call on ``x [B, C, F, h, w]`` at ``sigma_per_frame [B, F]``, output ``[B, C, F, h, w]``.
 
         ``copies``: ``x`` holds the per-frame conditions' frames that many times over (teacher forcing: 2).
         """

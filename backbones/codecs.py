@@ -18,7 +18,7 @@ class CodecError(ValueError):
 
 
 def check_video(video: torch.Tensor, temporal: int, spatial: int, who: str) -> None:
-    """Refuse a video that is not ``[B, 3, F, H, W]`` with ``F = temporal*n + 1`` and ``H, W`` divisible by ``spatial``."""
+    """Refuse a video not ``[B, 3, F, H, W]`` with ``F = temporal*n + 1`` and ``H, W`` divisible by ``spatial``."""
     if video.dim() != 5 or video.shape[1] != 3:
         raise CodecError(f"{who}: video must be [B, 3, F, H, W], got {tuple(video.shape)}")
     frames, height, width = video.shape[2:]
@@ -64,7 +64,8 @@ class PatchifyCodec(torch.nn.Module):
         t, s = self.temporal_compression, self.spatial_compression
         if latents.dim() != 5 or latents.shape[1] != self.latent_channels:
             raise CodecError(
-                f"PatchifyCodec.decode: latents must be [B, {self.latent_channels}, f, h, w], got {tuple(latents.shape)}"
+                f"PatchifyCodec.decode: latents must be [B, {self.latent_channels}, f, h, w], "
+                f"got {tuple(latents.shape)}"
             )
         b, _, f, h, w = latents.shape
         x = (

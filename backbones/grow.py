@@ -29,7 +29,7 @@ WAN_ROUTES = ("wan22_ti2v_5b", "wan22_i2v_14b")
 def grow_state_dict(
     state: dict[str, torch.Tensor], num_layers: int, factor: int, prefix: str = ""
 ) -> dict[str, torch.Tensor]:
-    """``state`` with ``num_layers`` blocks under ``{prefix}blocks.`` -> ``num_layers * factor`` (block i -> i*factor + c)."""
+    """``state`` with ``num_layers`` blocks under ``{prefix}blocks.`` -> ``num_layers * factor`` (i -> i*factor + c)."""
     if factor < 1:
         raise ValueError(f"grow: factor must be >= 1, got {factor}")
     blocks = f"{prefix}blocks."

@@ -6,7 +6,8 @@ wrapped ``to_q``/``to_k``/... layers unchanged, and ``save_pretrained`` / ``fuse
 Targets are free-form peft ``target_modules``: a list of names (a module matches when its name equals an
 entry or ends with ``"." + entry``), e.g. Wan self- and cross-attention ``[to_q, to_k, to_v, to_out.0]``
 plus the FFN ``[ffn.net.0.proj, ffn.net.2]``; or one string, a regular expression the whole module name
-must match (e.g. only the main blocks: ``transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v|to_out\.0)|ff\.net\.(0\.proj|2))``).
+must match (e.g. only the main blocks:
+``transformer_blocks\.\d+\.(attn\.(to_q|to_k|to_v|to_out\.0)|ff\.net\.(0\.proj|2))``).
 The published MiniMax-H3 recipe is rank 384 on q/k/v/o + FFN.
 
 Everything here is route-agnostic: it only needs ``peft`` tuner layers inside a ``torch.nn.Module``.
@@ -41,7 +42,8 @@ class LoRAConfig:
 
     ``rank``: r of every adapted layer. ``alpha``: peft ``lora_alpha`` (the update is scaled by alpha / rank;
     None = rank, i.e. scale 1). ``target_modules``: peft module-name suffixes (free-form; see the module
-    docstring: a list of name suffixes, or one full-match regex string). ``dropout``: peft ``lora_dropout`` on the LoRA branch's input (training mode only).
+    docstring: a list of name suffixes, or one full-match regex string). ``dropout``: peft ``lora_dropout`` on the
+    LoRA branch's input (training mode only).
     """
 
     rank: int

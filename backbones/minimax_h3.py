@@ -13,7 +13,8 @@ packs, per sample, the rows
   (``text_encoder="none"``). The embedded default uses ``HashingTextEncoder`` at ``text_dim``.
 * **Anchor rows.** The first frame, encoded *alone* by the codec (H3's VisualVAE encodes a single frame through
   its spatial path: one latent frame), patchified like the video; ``cond["image_anchor"] [B, C, 1, h, w]``
-  (not the engine's ``cond["anchor"]``, which names anchor frames *inside* the video and is empty here). It is a separate condition, not latent 0 of
+  (not the engine's ``cond["anchor"]``, which names anchor frames *inside* the video and is empty here). It is a
+  separate condition, not latent 0 of
   the video, so ``clean_latent_frames = 0``: target latent 0 stays generated and supervised. The anchor carries
   native ``t = config.anchor_t`` (0.999, H3's ``keyframe_timestep``); the reference additionally mixes in 0.1 %
   noise as a training augmentation, which this route leaves out so that a forward is a function of its inputs.
@@ -330,7 +331,7 @@ class MiniMaxH3Adapter(BackboneAdapter):
     def _prefix_cameras(
         self, origin_K: torch.Tensor, num_text: int, tpf: int, image_size: tuple[int, int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-row cameras of the prefix: identity on text/audio, the origin camera (w2c = I, K of frame 0) on the anchor."""
+        """The prefix's per-row cameras: identity on text/audio, origin camera (w2c = I, K of frame 0) on the anchor."""
         b, device = origin_K.shape[0], origin_K.device
         tv, tk = self._identity_cameras(b, num_text, image_size, device)
         av, ak = self._identity_cameras(b, self.config.audio_rows, image_size, device)

@@ -134,7 +134,8 @@ class H3VAECodec(torch.nn.Module):
         if int(cfg.clip_length) != CLIP_FRAMES or int(vae.temporal_compression_ratio) != 4 or int(cfg.token_drop) != 3:
             raise AdapterError(
                 f"minimax_h3: VisualVAE geometry clip_length={cfg.clip_length}, temporal ratio "
-                f"{vae.temporal_compression_ratio}, token_drop={cfg.token_drop}; the route needs 17, 4, 3 (17n+5 -> 5n+2)"
+                f"{vae.temporal_compression_ratio}, token_drop={cfg.token_drop}; "
+                "the route needs 17, 4, 3 (17n+5 -> 5n+2)"
             )
         self.spatial_compression = int(vae.spatial_compression_ratio)
         self.temporal_compression = 4

@@ -1,4 +1,4 @@
-"""Loading a route's diffusers transformer and VAE from a local checkpoint folder and checking them against the config."""
+"""Loading a route's diffusers transformer and VAE from a local checkpoint folder and checking against the config."""
 
 from __future__ import annotations
 

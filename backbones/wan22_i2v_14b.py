@@ -82,7 +82,7 @@ VAE_CONFIGS = {"wan2.1": WAN21_VAE_CONFIG, "tiny": TINY_WAN21_VAE_CONFIG}
 
 @dataclass
 class Wan22I2V14BConfig(WanRouteConfig):
-    """Config of the route; ``published()`` is the Wan2.2-I2V-A14B high-noise expert, ``tiny()`` the same classes for a CPU.
+    """Route config; ``published()`` is the Wan2.2-I2V-A14B high-noise expert, ``tiny()`` the same classes for a CPU.
 
     Fields: see ``WanRouteConfig``. The default codec is the Wan VAE (the tiny Wan2.1-style config unless
     ``pretrained_path`` has ``vae/``), so latents have the published 16 channels and ``y`` 20. With
@@ -101,7 +101,7 @@ class Wan22I2V14BConfig(WanRouteConfig):
 
     @classmethod
     def published(cls) -> "Wan22I2V14BConfig":
-        """Wan2.2-I2V-A14B high-noise expert: 40 layers, 40 heads x 128, ffn 13824, Wan2.1 VAE, UMT5 (4096-d), shift 5."""
+        """Wan2.2-I2V-A14B high-noise expert: 40 layers, 40x128 heads, ffn 13824, Wan2.1 VAE, UMT5 (4096-d), shift 5."""
         return cls(
             num_layers=40,
             num_attention_heads=40,
@@ -202,7 +202,7 @@ class Wan22I2V14BAdapter(WanAdapterBase):
         return next_y
 
     def prepare_conditions(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """``WanAdapterBase.prepare_conditions`` + ``y [B, f, 20, h, w]`` from the clip's first frame (see module docstring)."""
+        """``WanAdapterBase.prepare_conditions`` + ``y [B, f, 20, h, w]`` from the first frame (module docstring)."""
         cond = super().prepare_conditions(batch)
         num_frames = batch["c2w"].shape[1]
         if "video" in batch:

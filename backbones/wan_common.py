@@ -84,7 +84,7 @@ class WanRouteConfig:
             self.camera_head_dims = tuple(self.camera_head_dims)
 
     def transformer_kwargs(self, in_channels: int, out_channels: int | None = None) -> dict[str, Any]:
-        """Keyword arguments of ``WanTransformer3DModel`` for this config (``out_channels`` defaults to ``in_channels``)."""
+        """Keyword args of ``WanTransformer3DModel`` for this config (``out_channels`` defaults to ``in_channels``)."""
         return dict(
             patch_size=self.patch_size,
             num_attention_heads=self.num_attention_heads,
@@ -120,7 +120,7 @@ _CHECKED_KEYS = (
 
 
 class WanAdapterBase(BackboneAdapter):
-    """``BackboneAdapter`` for diffusers' ``WanTransformer3DModel`` + a Wan codec + a text encoder (see module docstring).
+    """``BackboneAdapter`` for diffusers' ``WanTransformer3DModel`` + a Wan codec + a text encoder (module docstring).
 
     ``config`` (default: ``preset``'s config); ``pretrained_path``: a local diffusers checkpoint folder with
     ``transformer/`` (and ``vae/`` for ``codec="wan_vae"``; ``text_encoder/`` + ``tokenizer/`` for UMT5);

@@ -88,7 +88,7 @@ class AdapterWeights:
         return [p for p in self.parameters() if p.requires_grad and (id(p) in allowed or id(p) not in in_transformer)]
 
     def camera_parameters(self, module: torch.nn.Module) -> list[torch.nn.Parameter]:
-        """The parameters of ``module`` (e.g. the transformer) that ``camera_state_dict`` returns (matched by storage)."""
+        """``module``'s parameters (e.g. the transformer) that ``camera_state_dict`` returns (matched by storage)."""
         ptrs = {(t.data_ptr(), tuple(t.shape)) for t in self.camera_state_dict().values() if t.numel()}
         return [p for p in module.parameters() if (p.data_ptr(), tuple(p.shape)) in ptrs]
 

@@ -109,7 +109,7 @@ def build_adapter(dry_run: bool, device: torch.device) -> Wan22TI2V5BAdapter:
 
 
 def train_step(shape: dict, dry_run: bool, device: torch.device, steps: int) -> dict:
-    """Seconds per step (median after one warm-up step) and peak memory of stage 1 in bf16 with activation checkpointing."""
+    """Seconds/step (median after a warm-up step) and peak memory of stage 1 in bf16 with activation checkpointing."""
     adapter = build_adapter(dry_run, device)
     adapter.transformer.enable_gradient_checkpointing()
     module = BidirectionalModule(adapter, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-5), lr_scheduler=None).to(

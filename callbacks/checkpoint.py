@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 def crossed_multiple(before: int, after: int, every: int) -> bool:
-    """Whether a multiple of ``every`` lies in ``(before, after]``: the step count moved from ``before`` to ``after``."""
+    """Whether a multiple of ``every`` lies in ``(before, after]``: the step count went from ``before`` to ``after``."""
     return every >= 1 and after // every > before // every
 
 

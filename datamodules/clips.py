@@ -5,7 +5,8 @@ epoch visits every row ``epoch_repeats`` times (its *virtual occurrences*, paper
 a recipe references a row repeatedly without copying it). Each occurrence is loaded
 once (one video decode), cut to the route's window of ``num_frames`` frames, resized
 and centre-cropped to ``width x height`` with the intrinsics updated to match, and
-returned as one item of the adapter's batch (``BackboneAdapter``'s contract, docs/architecture.md; ``video`` in [-1, 1]).
+returned as one item of the adapter's batch (``BackboneAdapter``'s contract, docs/architecture.md;
+``video`` in [-1, 1]).
 """
 
 from __future__ import annotations

@@ -319,8 +319,8 @@ def build_view(
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else None
     if journal is not None and (journal["settings"] != settings or journal["codec_hash"] != hash_):
         raise LatentViewError(
-            f"{out_path} holds a view made with {journal['settings']} codec {journal['codec_hash']}; this command asks for "
-            f"{settings} codec {hash_}: write the view into a fresh folder"
+            f"{out_path} holds a view made with {journal['settings']} codec {journal['codec_hash']}; this command "
+            f"asks for {settings} codec {hash_}: write the view into a fresh folder"
         )
     shards: dict[str, dict] = {s["name"]: s for s in (journal or {}).get("shards", [])}
     for name, s in shards.items():

@@ -52,7 +52,7 @@ def stage_test(out: Path, stage: str, recipe: str, family: str) -> tuple[dict[st
 
 
 def camera_top1(records: list[dict], seed: int = 0) -> dict[str, float]:
-    """``test/camera_top1`` with a 95% bootstrap interval over the multi-view worlds (their views resampled together)."""
+    """``test/camera_top1`` with a 95% bootstrap interval over multi-view worlds (their views resampled together)."""
     worlds: dict[int, list[bool]] = {}
     for r in records:
         worlds.setdefault(r["world"], []).append(bool(r["top1"]))
@@ -92,7 +92,7 @@ def _trans_ratio(records: list[dict]) -> float:
 
 
 def targets(records: list[dict], num_worlds: int, seed: int = 0) -> dict[str, dict[str, float]]:
-    """The three-stage targets with bootstrap 95% intervals: PSNR gaps over both baselines, translation error / floor."""
+    """Three-stage targets with bootstrap 95% intervals: PSNR gaps over both baselines, translation error / floor."""
     worlds = _by_world(records, num_worlds)
     stats = {
         "psnr_minus_static": lambda r: _psnr_gap(r, "psnr_static"),
@@ -132,7 +132,8 @@ def print_table(results: dict) -> None:
         if top1:
             print(
                 f"stage 3, camera top-1 on {top1['worlds']} multi-view worlds: {top1['value']:.2f} "
-                f"[{top1['lo']:.2f}, {top1['hi']:.2f}] (chance {top1['chance']:.2f}; median margin {top1['margin_db_median']:.2f} dB)"
+                f"[{top1['lo']:.2f}, {top1['hi']:.2f}] (chance {top1['chance']:.2f}; "
+                f"median margin {top1['margin_db_median']:.2f} dB)"
             )
 
 
