@@ -27,7 +27,7 @@ class ControlError(ValueError):
 def check_twist(
     velocity: Sequence[float], angular: Sequence[float], max_speed: float, max_angular: float
 ) -> np.ndarray:
-    """The twist ``[6]`` (m/s, deg/s) after checking shape, finiteness and ``|v| <= max_speed``, ``|w| <= max_angular``."""
+    """Twist ``[6]`` (m/s, deg/s) after checking shape, finiteness and ``|v| <= max_speed``, ``|w| <= max_angular``."""
     try:
         v = np.asarray(velocity, dtype=np.float64)
         w = np.asarray(angular, dtype=np.float64)

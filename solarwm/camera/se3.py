@@ -133,7 +133,9 @@ def check_se3(T: Array, atol: float = 1e-4) -> None:
         raise PoseError("finite", f"non-finite values in pose(s) {np.flatnonzero(~finite)[:8].tolist()}")
     bottom = np.abs(flat[:, 3] - np.array([0.0, 0.0, 0.0, 1.0])).max(axis=1)
     if (bottom > atol).any():
-        raise PoseError("bottom_row", f"bottom row is not [0,0,0,1] in pose(s) {np.flatnonzero(bottom > atol)[:8].tolist()}")
+        raise PoseError(
+            "bottom_row", f"bottom row is not [0,0,0,1] in pose(s) {np.flatnonzero(bottom > atol)[:8].tolist()}"
+        )
     R = flat[:, :3, :3]
     ortho = np.abs(R @ np.swapaxes(R, 1, 2) - np.eye(3)).max(axis=(1, 2))
     if (ortho > atol).any():

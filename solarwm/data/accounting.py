@@ -60,7 +60,10 @@ class Accounting:
 
     @staticmethod
     def _fmt(c: Counter) -> str:
-        s = f"ingested {c['ingested']} = kept-xhigh {c['kept-xhigh']} + kept-high {c['kept-high']} + rejected {c['rejected']} + failed {c['failed']}"
+        s = (
+            f"ingested {c['ingested']} = kept-xhigh {c['kept-xhigh']} + kept-high {c['kept-high']} "
+            f"+ rejected {c['rejected']} + failed {c['failed']}"
+        )
         return s + (f" (+ pending {c['pending']})" if c["pending"] else "")
 
     def line(self) -> str:

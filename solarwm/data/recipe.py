@@ -213,7 +213,9 @@ def build_recipe(rows: list[dict], spec: RecipeSpec) -> tuple[list[dict], list[d
     test_ids = {r["source_sample_id"] for r in test}
     overlap = (train_ids & test_ids) | ({r["sample_id"] for r in train} & {r["sample_id"] for r in test})
     if overlap:
-        raise RecipeError(spec.name, "split", f"{len(overlap)} id(s) in both train and test, e.g. {sorted(overlap)[:3]}")
+        raise RecipeError(
+            spec.name, "split", f"{len(overlap)} id(s) in both train and test, e.g. {sorted(overlap)[:3]}"
+        )
 
     def tally(rows_: list[dict]) -> dict:
         per: dict[str, dict[str, dict[str, int]]] = defaultdict(

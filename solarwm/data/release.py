@@ -318,7 +318,9 @@ def pack_command(
         removed += _clean_partition(out_path, owner, partition, shards)
         tasks.append((str(out_path), owner, partition, clips, shards, shard_max_bytes, shard_max_samples))
     errors = []
-    for i, result in map_tasks(_pack_task, tasks, executor, workers, desc="pack", unit="partition", ray_address=ray_address):
+    for i, result in map_tasks(
+        _pack_task, tasks, executor, workers, desc="pack", unit="partition", ray_address=ray_address
+    ):
         if isinstance(result, BaseException):
             errors.append(result)
             continue

@@ -313,6 +313,10 @@ def report_command(
         if pol
         else f"Policy {html.escape(str(policy))} not found: distributions are drawn without thresholds."
     )
+    metric_figures = "".join(
+        f'<h3>{html.escape(o)}</h3><img src="{html.escape(f"metrics_{o}.png")}" alt="metrics of {html.escape(o)}">'
+        for o in metric_columns
+    )
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>SolarWM data report</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}
@@ -327,7 +331,7 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}td:first-child{{t
 <h2>Rejection reasons by owner</h2>{_html_table(["owner", "failed gate", "clips"], reason_rows)}
 <img src="rejection_reasons.png" alt="rejection reasons by owner">
 <h2>Metric distributions</h2><p>{policy_note}</p>
-{"".join(f'<h3>{html.escape(o)}</h3><img src="{html.escape(f"metrics_{o}.png")}" alt="metrics of {html.escape(o)}">' for o in metric_columns)}
+{metric_figures}
 </body></html>
 """
     atomic_write_text(out_path / "index.html", page)

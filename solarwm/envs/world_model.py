@@ -145,7 +145,13 @@ class WorldModelEnv(gymnasium.Env):
         frames = self.session.step(cameras)
         self.last = frames[-1]
         truncated = self.max_blocks is not None and self.session.blocks >= self.max_blocks
-        return frames[-1].copy(), 0.0, False, truncated, {"frames": frames, "c2w": cameras, "block": self.session.blocks - 1}
+        return (
+            frames[-1].copy(),
+            0.0,
+            False,
+            truncated,
+            {"frames": frames, "c2w": cameras, "block": self.session.blocks - 1},
+        )
 
     def render(self) -> np.ndarray | None:
         """The last frame, uint8 ``[H, W, 3]`` (``rgb_array``)."""

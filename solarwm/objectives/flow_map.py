@@ -27,7 +27,7 @@ _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 def pair_kinds(
     index: torch.Tensor, diffusion_ratio: float = 0.5, consistency_ratio: float = 0.25
 ) -> torch.Tensor:
-    """Kind of each sample's (t, r) pair, LongTensor ``[B]``: 0 diffusion (r = t), 1 consistency (r = 0), 2 mean (0 < r < t).
+    """Each sample's (t, r) kind, LongTensor ``[B]``: 0 diffusion (r = t), 1 consistency (r = 0), 2 mean (0 < r < t).
 
     ``index`` ``[B]``: the samples' logical indices in the training stream (the batch's ``sample_index``).
     The official release assigns kinds by position in the global batch (first 50% diffusion, next 25%
@@ -47,7 +47,7 @@ def pair_kinds(
 def sample_time_pairs(
     kinds: torch.Tensor, shift: float, generator: RandomSource = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Shifted ``(sigma_t, sigma_r)``, each ``[B]``: ``t = u1``, ``r = u2·t`` (v1.5), then r set by kind, then shift both."""
+    """Shifted ``(sigma_t, sigma_r)``, each ``[B]``: ``t = u1``, ``r = u2·t`` (v1.5), r set by kind, then shift both."""
     batch = kinds.shape[0]
     u1 = rand((batch,), generator, "cpu", dtype=torch.float64)
     u2 = rand((batch,), generator, "cpu", dtype=torch.float64)
@@ -101,7 +101,7 @@ def flow_map_prediction(
 
 
 def adaptive_rescale(losses: torch.Tensor, kinds: torch.Tensor, reference: torch.Tensor | None = None) -> torch.Tensor:
-    """Scale each non-diffusion sample's loss ``[B]`` to the mean diffusion loss (value only; gradients keep their direction).
+    """Scale each non-diffusion sample's loss ``[B]`` to the mean diffusion loss (value only; gradients keep direction).
 
     ``loss_i · reference / (loss_i.detach() + 1e-5)``; diffusion samples are unchanged. ``reference`` is the
     mean diffusion loss of the global batch (all ranks; the caller reduces it); None = this batch's. Without

@@ -15,8 +15,8 @@ rollout-and-replay draws one exit step for all blocks). The TI2V anchor (the enc
 stays clean at sigma 0 in the first block.
 Per-latent-frame conditions (the cameras; the I2V route's image condition ``y``) are sliced per
 block by ``block_conditions`` (a training clip), or come block by block from an open-ended
-``RolloutSession`` (``solarwm.rollout.session``: ``solarwm predict``'s ``write_rollout``, ``solarwm play``, the Gym env),
-which needs nothing about the future; both drive the same ``Rollout.block``.
+``RolloutSession`` (``solarwm.rollout.session``: ``solarwm predict``'s ``write_rollout``, ``solarwm play``,
+the Gym env), which needs nothing about the future; both drive the same ``Rollout.block``.
 
 Blocks are decoded as they come (``video_blocks``) with the route's streaming decoder, so memory is
 flat in the horizon; the RoPE table is never exceeded because the cache reads at window-local

@@ -28,7 +28,7 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
 
 
 class _ConfiguredLR(torch.optim.lr_scheduler.LambdaLR):
-    """A LambdaLR whose shape (its constructor arguments, ``_SHAPE``) comes from the config, its progress from a checkpoint.
+    """A LambdaLR whose shape (its constructor args, ``_SHAPE``) comes from the config, its progress from a checkpoint.
 
     Resuming a run with the schedule changed (a cool-down added or moved, another ``total_steps``) must
     follow the new shape, not the one the checkpoint was made under, so the shape is kept out of the state.
@@ -239,7 +239,7 @@ class StageModule(pl.LightningModule):
     test_seed: int = 4321
 
     def rollout_seed(self, datamodule: Any = None) -> int:
-        """The test rollouts' seed: ``datamodule``'s (default: the trainer's) ``test_seed`` when set, else the class default."""
+        """Test rollouts' seed: ``datamodule``'s (default: trainer's) ``test_seed`` if set, else the class default."""
         if datamodule is None and self._trainer is not None:
             datamodule = getattr(self._trainer, "datamodule", None)
         seed = getattr(datamodule, "test_seed", None)

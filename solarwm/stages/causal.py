@@ -54,7 +54,7 @@ class CausalGenerateMixin:
         text_embeds: torch.Tensor | None = None,
         text_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``first_frame [B, 3, H, W]`` in [-1, 1] + cameras ``c2w [B, F, 4, 4]``, ``K [B, F, 4]`` -> video ``[B, 3, F, H, W]``."""
+        """``first_frame [B, 3, H, W]`` in [-1, 1] + ``c2w [B, F, 4, 4]``, ``K [B, F, 4]`` -> ``[B, 3, F, H, W]``."""
         device = first_frame.device
         rollout = Rollout(self.adapter, num_steps or self.sample_steps, self.solver)
         cond = rollout.conditions(first_frame, c2w.to(device), K.to(device), list(caption), text_embeds, text_mask)

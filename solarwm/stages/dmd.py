@@ -146,7 +146,9 @@ class DMDModule(CausalGenerateMixin, StageModule):
         self.score_min, self.score_max, self.grad_clip, self.seed = score_min, score_max, grad_clip, seed
         self.score_shift = generator.shift if score_shift is None else score_shift  # resolved once, at set-up
         if score_window is not None and score_window <= generator.clean_latent_frames:
-            raise ValueError(f"DMDModule: score_window must exceed the anchor's {generator.clean_latent_frames} latent frames")
+            raise ValueError(
+                f"DMDModule: score_window must exceed the anchor's {generator.clean_latent_frames} latent frames"
+            )
         if score_window is not None and regression_weight > 0:
             raise ValueError(
                 "DMDModule: score_window and regression_weight do not combine (a slice has no aligned clip)"
@@ -253,7 +255,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         return noisy - sigma_pf[:, None, :, None, None] * adapter(noisy, sigma_pf, cond).float()
 
     def student_loss(self, batch: dict[str, Any], rng: torch.Generator) -> torch.Tensor:
-        """The DMD surrogate on one rollout-and-replay, plus ``regression_weight`` × its MSE to the clip (student only)."""
+        """DMD surrogate on one rollout-and-replay, plus ``regression_weight`` × its MSE to the clip (student only)."""
         exit_step, streams = self.draws(batch, rng)
         output, cond, x0 = self.rollout_and_replay(batch, exit_step, streams, grad=True)
         if self.score_window is not None:

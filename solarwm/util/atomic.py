@@ -22,7 +22,7 @@ def unique_suffix() -> str:
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path`` (parents created); on success it replaces ``path``, on error it is removed."""
+    """Yield a temp path next to ``path`` (parents created); on success it replaces ``path``, on error it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{unique_suffix()}{path.suffix}")

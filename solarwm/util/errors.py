@@ -15,7 +15,7 @@ def concise_message(exc: BaseException) -> str:
 
 
 def error_line(command: str, error: BaseException | str) -> str:
-    """The one-line form of an expected error: ``solarwm <command>: error: <message>`` (``command`` e.g. ``data select``)."""
+    """One-line form of expected errors: ``solarwm <command>: error: <message>`` (``command`` e.g. ``data select``)."""
     message = concise_message(error) if isinstance(error, BaseException) else " ".join(error.split())
     return f"solarwm {command}: error: {message}"
 

@@ -8,8 +8,9 @@ clip's ``meta.json`` (one atomic ``update_meta`` per finished stage), so:
   resumes where it stopped — finished clips and stages stay finished;
 * any executor of ``solarwm.data.executor.map_tasks`` can run the tasks, and each gives the same
   record: the stages run with pinned threads (``solarwm.util.threads``). A cluster executor
-  needs only that every worker sees the corpus folder at the same path (shared filesystem), has this package installed, and—for model stages—has the checkpoint paths
-  readable; two tasks must never annotate the same clip at once (one task per clip folder).
+  needs only that every worker sees the corpus folder at the same path (shared filesystem), has this package
+  installed, and—for model stages—has the checkpoint paths readable; two tasks must never annotate the same
+  clip at once (one task per clip folder).
 """
 
 from __future__ import annotations

@@ -148,7 +148,10 @@ def flow_frame_indices(num_frames: int) -> list[int]:
 
 
 def flow_frames(frames: np.ndarray) -> np.ndarray:
-    """Open-Sora flow input: sampled frames, landscape, resized to 320x576. ``[N,H,W,3]`` uint8 -> ``[M,3,320,576]`` float32 0–255."""
+    """Open-Sora flow input: sampled frames, landscape, resized to 320x576.
+
+    ``[N,H,W,3]`` uint8 -> ``[M,3,320,576]`` float32 0–255.
+    """
     import torch
     import torch.nn.functional as F
 

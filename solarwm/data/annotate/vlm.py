@@ -39,16 +39,28 @@ FIELDS = ("dense_caption", "vlm_entity_density", "vlm_quality", "reject_flags", 
 TRANSITION_FIELDS = ("label", "count", "timestamps_sec", "evidence")
 CAPTION_WORDS = (60, 150)
 
-PROMPT = f"""You annotate one video clip for training a camera-controlled world model. The images are frames of the ENTIRE clip sampled at 1 frame per second, in order. Inspect all of them.
+PROMPT = f"""You annotate one video clip for training a camera-controlled world model. The images are frames of the \
+ENTIRE clip sampled at 1 frame per second, in order. Inspect all of them.
 
-Return ONLY one JSON object, with no Markdown, no code fences and no explanatory text, with exactly these six keys and no others:
+Return ONLY one JSON object, with no Markdown, no code fences and no explanatory text, with exactly these six keys \
+and no others:
 
-"dense_caption": one English paragraph of {CAPTION_WORDS[0]} to {CAPTION_WORDS[1]} words describing only the persistent environment and stable scene content: architecture, terrain, vegetation, water, furniture, materials, lighting, weather, atmosphere and stable spatial relations. Do NOT mention people or animals, vehicles that move or may move, actions or events, camera motion, shot or viewpoint terms (e.g. close-up, aerial view, pan, frame), media terminology (e.g. video, clip, footage, image, scene cut), speculation, or any detail you cannot see.
-"vlm_entity_density": integer 1, 2 or 3: the peak combined density of visible people, vehicles and animals in any frame (1 = none, 2 = sparse, 3 = dense).
-"vlm_quality": one of 1.0, 2.0, 3.0, 4.0, 5.0: overall visual usability, from 1.0 = unusable to 5.0 = clean and richly describable.
-"reject_flags": a list without duplicates of the flags that apply, chosen only from {json.dumps(list(REJECT_FLAGS))}; [] if none apply.
+"dense_caption": one English paragraph of {CAPTION_WORDS[0]} to {CAPTION_WORDS[1]} words describing only the \
+persistent environment and stable scene content: architecture, terrain, vegetation, water, furniture, materials, \
+lighting, weather, atmosphere and stable spatial relations. Do NOT mention people or animals, vehicles that move or \
+may move, actions or events, camera motion, shot or viewpoint terms (e.g. close-up, aerial view, pan, frame), media \
+terminology (e.g. video, clip, footage, image, scene cut), speculation, or any detail you cannot see.
+"vlm_entity_density": integer 1, 2 or 3: the peak combined density of visible people, vehicles and animals in any \
+frame (1 = none, 2 = sparse, 3 = dense).
+"vlm_quality": one of 1.0, 2.0, 3.0, 4.0, 5.0: overall visual usability, from 1.0 = unusable to 5.0 = clean and \
+richly describable.
+"reject_flags": a list without duplicates of the flags that apply, chosen only from \
+{json.dumps(list(REJECT_FLAGS))}; [] if none apply.
 "scene_type": one of {json.dumps(list(SCENE_TYPES))}, classifying the visible world.
-"scene_transition": an object with exactly the keys "label" (one of {json.dumps(list(TRANSITION_LABELS))}), "count" (integer number of transitions), "timestamps_sec" (list of numbers, one per transition, in seconds from the start of the clip; its length equals count) and "evidence" (short string). A transition is a cut, fade or switch to a different shot or place; continuous fast motion is NOT a transition.
+"scene_transition": an object with exactly the keys "label" (one of {json.dumps(list(TRANSITION_LABELS))}), "count" \
+(integer number of transitions), "timestamps_sec" (list of numbers, one per transition, in seconds from the start of \
+the clip; its length equals count) and "evidence" (short string). A transition is a cut, fade or switch to a \
+different shot or place; continuous fast motion is NOT a transition.
 """
 
 
@@ -263,7 +275,10 @@ def caption_frames(frames: np.ndarray, fps: float, config: VLMConfig) -> tuple[s
                 {"role": "assistant", "content": content},
                 {
                     "role": "user",
-                    "content": f"Your reply was invalid: {e}. Return only the corrected JSON object with exactly the six required keys.",
+                    "content": (
+                        f"Your reply was invalid: {e}. Return only the corrected JSON object with exactly the six "
+                        "required keys."
+                    ),
                 },
             ]
     raise VLMResponseError(f"no valid reply after {config.max_retries + 1} attempts: " + " | ".join(errors))

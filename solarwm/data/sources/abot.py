@@ -10,7 +10,8 @@ Native layout (HF ``acvlab/ABot-World-Explorer-500h``)::
         sparse/0/images.txt  COLMAP text, one pose per frame: IMAGE_ID QW QX QY QZ TX TY TZ CAM NAME
 
 The COLMAP text model is read with ``pycolmap.Reconstruction`` (no hand-written reader). Its
-poses are world-to-camera with Hamilton ``wxyz`` quaternions in OpenCV axes; c2w is their inverse. Frame numbers (``NAME.split("_")[1]``) must be contiguous. Translations have
+poses are world-to-camera with Hamilton ``wxyz`` quaternions in OpenCV axes; c2w is their inverse. Frame numbers
+(``NAME.split("_")[1]``) must be contiguous. Translations have
 no declared units, so each output clip gets one metric scale from the windowed bridge.
 ``action.npy`` is uint8 ``[T, 11]`` for keys ``W A S D Q E I J K L Space``, sliced with the
 video. Choice for an UNVERIFIED point: when cameras.txt's W×H differs from the mp4's size, K

@@ -59,7 +59,7 @@ def w2c_to_c2w(w2c: Any) -> np.ndarray:
 
 @conversion("quaternion_w2c_to_c2w", 1)
 def quaternion_w2c_to_c2w(q: Any, t: Any, order: str = "wxyz") -> np.ndarray:
-    """World-to-camera as quaternion ``[N, 4]`` (``wxyz`` COLMAP/OmniWorld, ``xyzw`` scipy) + translation ``[N, 3]`` → c2w."""
+    """w2c as quaternion ``[N, 4]`` (``wxyz`` COLMAP/OmniWorld, ``xyzw`` scipy) + translation ``[N, 3]`` → c2w."""
     q, t = np.asarray(q, dtype=np.float64), np.asarray(t, dtype=np.float64)
     if not (np.isfinite(q).all() and np.isfinite(t).all()):
         raise SourceDefect("pose_nonfinite", "non-finite quaternion or translation")
@@ -71,7 +71,7 @@ def quaternion_w2c_to_c2w(q: Any, t: Any, order: str = "wxyz") -> np.ndarray:
 
 @conversion("unreal_to_opencv", 1)
 def unreal_to_opencv(m_rows: Any) -> np.ndarray:
-    """Unreal row-vector c2w ``[N, 4, 4]`` (translation in the 4th row, LH x-fwd y-right z-up) → OpenCV c2w (same units)."""
+    """Unreal row-vector c2w ``[N, 4, 4]`` (translation in 4th row, LH x-fwd y-right z-up) → OpenCV c2w (same units)."""
     return conventions.unreal_to_opencv(conventions.row_vector_to_column(m_rows))
 
 
@@ -91,7 +91,7 @@ def scale_translation(c2w: Any, scale: float) -> np.ndarray:
 
 @conversion("scale_w2c_translation", 1)
 def scale_w2c_translation(w2c: Any, scale: float) -> np.ndarray:
-    """Multiply world-to-camera translations by ``scale`` (RealCam-Vid's ``align_factor``; same as scaling c2w centres)."""
+    """Multiply w2c translations by ``scale`` (RealCam-Vid's ``align_factor``; same as scaling c2w centres)."""
     out = np.array(w2c, dtype=np.float64, copy=True)
     out[..., :3, 3] *= float(scale)
     return out
@@ -99,7 +99,7 @@ def scale_w2c_translation(w2c: Any, scale: float) -> np.ndarray:
 
 @conversion("normalized_to_pixel_K", 1)
 def pixel_intrinsics(K: Any, width: int, height: int, frames: int) -> np.ndarray:
-    """Intrinsics normalised by image size — ``(4,)``, ``(N, 4)``, ``(3, 3)`` or ``(N, 3, 3)`` — → pixels ``[frames, 4]``."""
+    """Image-normalised intrinsics ``(4,)``, ``(N, 4)``, ``(3, 3)`` or ``(N, 3, 3)`` → pixels ``[frames, 4]``."""
     K = np.asarray(K, dtype=np.float64)
     if K.shape[-2:] == (3, 3):
         K = np.stack([K[..., 0, 0], K[..., 1, 1], K[..., 0, 2], K[..., 1, 2]], axis=-1)

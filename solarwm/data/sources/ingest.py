@@ -189,7 +189,10 @@ def _window_poses(cfg: IngestConfig, source: Source, clip: NativeClip, frames: n
         raise SourceDefect("estimation_failed", f"{est.name}: {e}") from None
     c2w, K = np.asarray(result.c2w, np.float64), np.asarray(result.K, np.float64)
     if c2w.shape != (len(frames), 4, 4) or K.shape != (len(frames), 4):
-        raise SourceDefect("estimation_failed", f"{est.name} returned poses {list(c2w.shape)}, K {list(K.shape)} for {len(frames)} frames")
+        raise SourceDefect(
+            "estimation_failed",
+            f"{est.name} returned poses {list(c2w.shape)}, K {list(K.shape)} for {len(frames)} frames",
+        )
     info = {"name": result.estimator, "version": result.version, "diagnostics": result.diagnostics}
     fields: dict[str, Any] = {"estimator": info}
     if "depth_model" in result.diagnostics:  # both estimators of a metric pose, side by side

@@ -141,7 +141,8 @@ def check_lengths(clip: NativeClip) -> None:
     if clip.c2w is not None:
         if len(clip.c2w) != n or clip.K is None or len(clip.K) != n:
             raise SourceDefect("frame_pose_count_mismatch",
-                               f"video has {n} frames, poses {len(clip.c2w)}, intrinsics {None if clip.K is None else len(clip.K)}")
+                               f"video has {n} frames, poses {len(clip.c2w)}, "
+                               f"intrinsics {None if clip.K is None else len(clip.K)}")
         try:
             check_se3(clip.c2w, atol=1e-3)
         except PoseError as e:
@@ -190,7 +191,7 @@ def load_object_npy(data: bytes, name: str) -> Any:
     version = np.lib.format.read_magic(fp)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, _, dtype = read_header(fp)
-    if dtype != object:
+    if dtype != np.dtype(object):
         return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
     try:
         arr = _Restricted(fp, encoding="latin1").load()

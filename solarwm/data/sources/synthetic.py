@@ -449,7 +449,9 @@ def _clip_trajectory(
             paths.append(traj.c2w)
         else:
             other = np.random.default_rng([spec.seed, member])
-            paths.append(sample_trajectory(other, spec.frames, spec.width, spec.height, spec.fps, spec.motion, start).c2w)
+            paths.append(
+                sample_trajectory(other, spec.frames, spec.width, spec.height, spec.fps, spec.motion, start).c2w
+            )
     return rng, traj, np.random.default_rng([spec.seed, group, 0x3D]), np.concatenate(paths)
 
 
@@ -685,8 +687,8 @@ def synth_command(
         workers: parallel worker processes (Ray: CPUs of the local Ray).
         executor: where the per-clip tasks run: process (local pool) or ray.
         ray_address: Ray cluster to join (e.g. auto, ray://head:10001); default: a local Ray of `workers` CPUs.
-        motion: camera motion family: mixed (6-DoF walks, strafes, climbs, turns, tilts, orbits), pan (pans and tilts only, 12-35 deg/s)
-            or slow_pan (3-10 deg/s).
+        motion: camera motion family: mixed (6-DoF walks, strafes, climbs, turns, tilts, orbits), pan (pans and tilts
+            only, 12-35 deg/s) or slow_pan (3-10 deg/s).
         views: camera paths per world; the clips of one world share their first frame (multi-camera capture).
         depth: also write each clip's true per-frame depth (depth.npy, float32 [F,H,W] metres; inf = sky), the
             input of the oracle depth model (ingest --depth_model oracle:DIR).

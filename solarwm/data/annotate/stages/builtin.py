@@ -134,7 +134,9 @@ def check_dover(config: AnnotateConfig) -> None:
     if config.dover_checkpoint:
         _require_file(config.dover_checkpoint, "DOVER weights")
         if not config.dover_options:
-            raise AnnotateConfigError("DOVER weights are configured but not DOVER's option file (--dover_options dover.yml)")
+            raise AnnotateConfigError(
+                "DOVER weights are configured but not DOVER's option file (--dover_options dover.yml)"
+            )
         _require_file(config.dover_options, "DOVER option file")
         _require_import(visual.import_dover)
 
