@@ -85,7 +85,7 @@ def tiny_recipe(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def tiny_adapter() -> Callable[..., object]:
-    """``tiny_adapter(route="wan22_ti2v_5b", perturbed=True)``: the route's tiny preset, seeded (``routes.tiny_adapter``)."""
+    """``tiny_adapter(route="wan22_ti2v_5b", perturbed=True)``: its tiny preset, seeded (``routes.tiny_adapter``)."""
     from routes import tiny_adapter as make
 
     def build(route: str = "wan22_ti2v_5b", perturbed: bool = True) -> object:

@@ -27,7 +27,10 @@ def test_every_route_has_a_test_clip_and_a_route_recipe():
 
 
 def test_published_entry_points_name_registered_routes():
-    """The shipped entry points ``recipes/<prefix>_{bid,tf,dmd}.yaml`` compose a registered route (optional for a new one)."""
+    """The shipped entry points ``recipes/<prefix>_{bid,tf,dmd}.yaml`` compose a registered route.
+
+    Optional for a new one.
+    """
     assert set(published_recipes().values()) <= set(ROUTES)
     for prefix in published_recipes():
         assert all((RECIPES / f"{prefix}_{s}.yaml").is_file() for s in ("bid", "tf", "dmd")), prefix

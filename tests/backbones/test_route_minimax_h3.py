@@ -250,7 +250,7 @@ def test_lora_on_blocks_qkvo_ffn_and_first_frame_anchor(tmp_path):
 
 
 def test_h3_recipes_match_the_route():
-    """The three published H3 recipes: this route, 158 frames (-> 47 latents) at 768x1344, LoRA 384 on H3_LORA_TARGETS."""
+    """Three published H3 recipes: this route, 158 frames (-> 47 latents) at 768x1344, LoRA 384 on H3_LORA_TARGETS."""
     from pathlib import Path
 
     from solarwm.backbones.lora import LoRAConfig

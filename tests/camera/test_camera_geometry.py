@@ -145,4 +145,7 @@ def test_camera_integrity_keys_and_fail_closed():
     c2w[1, 0, 3] = np.nan
     bad = camera_integrity(c2w, K, 64, 64)
     assert bad == {"camera.finite": False, "camera.pose_units": "metric"}
-    assert camera_integrity(np.stack([np.eye(4)] * 3), K, 64, 64) == {"camera.finite": False, "camera.pose_units": "metric"}
+    assert camera_integrity(np.stack([np.eye(4)] * 3), K, 64, 64) == {
+        "camera.finite": False,
+        "camera.pose_units": "metric",
+    }

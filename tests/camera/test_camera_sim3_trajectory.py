@@ -126,7 +126,8 @@ def test_trajectory_file_errors_name_file(tmp_path):
         tj.load_trajectory(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text(
-        '{"format": "solarwm.trajectory/1", "fps": 8, "width": 4, "height": 4, "c2w": [[[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,2]]], "K": [[1,1,2,2]]}'
+        '{"format": "solarwm.trajectory/1", "fps": 8, "width": 4, "height": 4, '
+        '"c2w": [[[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,2]]], "K": [[1,1,2,2]]}'
     )
     with pytest.raises(ValueError, match="bad.json.*bottom_row"):
         tj.load_trajectory(bad)

@@ -30,7 +30,7 @@ def _camera() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_rendered_edges_fall_where_K_puts_them():
-    """A wall whose left and top edges project (by K alone) 0.05 px right of / below a column's and a row's left edge."""
+    """A wall whose left/top edges project (by K alone) 0.05 px right of / below a column's and a row's left edge."""
     c2w, K = _camera()
     fx, fy, cx, cy = K[0]
     dist, u_edge, v_edge = 5.0, 10.05, 30.05  # 0.45 px inside pixel 10 / row 30; a 0.5 px slip flips them

@@ -467,7 +467,8 @@ def test_resume_loads_with_weights_only(recipe: Path, monkeypatch: pytest.Monkey
 def test_every_torch_load_is_weights_only_and_torch_floor_is_safe() -> None:
     sources = [p for d in ("solarwm", "backbones", "callbacks", "datamodules", "kernels", "benchmarks", "examples")
                for p in (REPO / d).rglob("*.py")]
-    calls = [(p, m.group(0)) for p in sources for m in re.finditer(r"torch\.load\((?:[^()]|\([^()]*\))*\)", p.read_text())]
+    calls = [(p, m.group(0)) for p in sources
+             for m in re.finditer(r"torch\.load\((?:[^()]|\([^()]*\))*\)", p.read_text())]
     assert calls, "expected torch.load calls to check"
     assert [c for c in calls if "weights_only=True" not in c[1]] == []
     pyproject = (REPO / "pyproject.toml").read_text()

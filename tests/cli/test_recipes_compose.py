@@ -1,5 +1,6 @@
 """Every shipped recipe parses, composes from one route file and one stage file, moves whole with ``--root``, and
-resolves to the frozen config in tests/fixtures/resolved_recipes.json (the refactor that introduced composition changed no number).
+resolves to the frozen config in tests/fixtures/resolved_recipes.json (the refactor that introduced composition
+changed no number).
 
 After an intended change of a recipe value, refreeze and review the diff of the JSON:
     python tests/cli/test_recipes_compose.py --freeze
@@ -35,7 +36,10 @@ ENTRIES = [(r, s) for r in ROUTE_ALIASES for s in STAGE_ALIASES]
 
 
 def resolved(name: str, *args: str) -> dict:
-    """The recipe as ``solarwm fit --config recipes/<name>`` resolves it, as JSON-able dicts (paths as run from the repo)."""
+    """The recipe as ``solarwm fit --config recipes/<name>`` resolves it, as JSON-able dicts.
+
+    Paths as run from the repo.
+    """
     cfg = parse_recipe(str(Path("recipes") / name), *args).as_dict()
     cfg.pop("config", None)
     return json.loads(json.dumps(cfg, default=str))

@@ -1,4 +1,4 @@
-"""A stage registered from outside the built-ins: its option reaches the command, its keys the policy, its value meta.json."""
+"""A stage registered outside built-ins: its option reaches the command, its keys the policy, its value meta.json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``data derive --transform clean-plate``: lineage, geometry sliced from the parent, nothing copied, accounting, resume.
+"""``data derive --transform clean-plate``: lineage, geometry sliced from parent, nothing copied, accounting, resume.
 
 The lineage tests use a plain Lanczos resize as the transform. ``test_tiny_ltx23_pipeline_end_to_end``
 runs the real path: diffusers' ``LTX2InContextPipeline`` with the same component classes as LTX-2.3

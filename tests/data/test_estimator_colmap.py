@@ -113,7 +113,8 @@ def test_frames_under_320_px_on_the_short_side_are_enlarged_2x():
 
 def test_the_second_focal_seed_nudges_the_first_wider():
     assert get_estimator("colmap")._focal_seeds(None, W, H) == pytest.approx((1.2 * W, W))  # COLMAP's prior 1.2 W
-    assert get_estimator("colmap")._focal_seeds(0.6 * W, W, H) == pytest.approx((0.6 * W, 0.5 * W))  # a depth-model seed
+    # a depth-model seed
+    assert get_estimator("colmap")._focal_seeds(0.6 * W, W, H) == pytest.approx((0.6 * W, 0.5 * W))
     assert get_estimator("colmap", second_focal_seed_ratio=1.5)._focal_seeds(None, H, W) == pytest.approx(
         (1.2 * W, 0.8 * W)
     )
@@ -201,7 +202,10 @@ def test_metric_scale_fails_when_frames_disagree():
 
 
 def test_tiny_random_depthpro_runs_end_to_end(tmp_path):
-    """Plumbing only: a random DepthPro saved with save_pretrained and loaded from that folder; its metres mean nothing."""
+    """Plumbing only: a random DepthPro saved with save_pretrained and loaded from that folder.
+
+    Its metres mean nothing.
+    """
     import sys
     from pathlib import Path
 

@@ -151,7 +151,9 @@ def corpus_src(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("executor", ["process", "ray"])
-def test_a_task_killed_midway_is_rerun_and_accounting_balances(executor, corpus_src: Path, tmp_path: Path, request) -> None:
+def test_a_task_killed_midway_is_rerun_and_accounting_balances(
+    executor, corpus_src: Path, tmp_path: Path, request
+) -> None:
     from solarwm.data.accounting import account
     from solarwm.data.annotate.stages import AnnotateConfig
     from solarwm.data.contract import iter_clip_dirs, read_meta

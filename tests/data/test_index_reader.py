@@ -123,7 +123,11 @@ def test_check_index_collects_all(packed, tmp_path) -> None:
     bad.append(dict(rows[1]))
     ok, failures = check_index(write_rows(tmp_path / "bad.jsonl.gz", bad), out)
     assert len(ok) == len(rows) - 2
-    assert sorted((f.row[0], f.check) for f in failures) == [(1, "epoch_repeats"), (4, "path"), (len(bad), "duplicate_id")]
+    assert sorted((f.row[0], f.check) for f in failures) == [
+        (1, "epoch_repeats"),
+        (4, "path"),
+        (len(bad), "duplicate_id"),
+    ]
 
 
 def test_load_row_round_trip(packed) -> None:

@@ -85,7 +85,8 @@ def test_spatialvid_through_colmap_with_the_oracle_depth_is_kept_metric(tmp_path
 
 def test_the_bridge_runs_colmap_incremental_and_the_rest_of_ingest_checked():
     # The bridge checks every window against the source's own poses; colmap's global second opinion and its
-    # split-half check would only cost it windows (it is wrong on mostly-forward known-K clips: docs/results/2026-12-pose-estimation.md).
+    # split-half check would only cost it windows (it is wrong on mostly-forward known-K clips:
+    # docs/results/2026-12-pose-estimation.md).
     from solarwm.data.sources.ingest import IngestConfig, _estimator
 
     cfg = IngestConfig("sekai_game", "native", "corpus", "81f")

@@ -37,7 +37,7 @@ def test_a_straight_minute_long_walk_passes_scenery_all_the_way():
 
 @pytest.mark.slow
 def test_minute_long_synth_clips_keep_detail_in_every_window():
-    """Clips of `solarwm data synth --frames 481 --fps 8`: each 5-s window's detail within a band of the clip's median."""
+    """Clips of `solarwm data synth --frames 481 --fps 8`: each 5-s window's detail in a band of the clip's median."""
     spec = SynthSpec(frames=481, width=48, height=32, fps=8.0, seed=9000)
     for index in range(3):
         clip, _ = build_clip(spec, index)

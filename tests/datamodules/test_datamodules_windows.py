@@ -247,7 +247,7 @@ def test_views_of_one_world_are_held_out_together(tmp_path) -> None:
 
 
 def test_a_test_corpus_of_unseen_worlds_is_the_test_split(tmp_path) -> None:
-    """``test_corpus_dir`` (rendered from ``test_synth`` on first use): all its clips, ``test_draws`` times, in order."""
+    """``test_corpus_dir`` (made from ``test_synth`` on first use): all its clips, ``test_draws`` times, in order."""
     synth_corpus(tmp_path / "corpus", clips=4, frames=5, width=32, height=32, fps=8.0, seed=6)
     spec = SynthCorpus(clips=3, frames=5, width=32, height=32, seed=9, motion="slow_pan")
     dm = WorldDataModule(

@@ -38,7 +38,7 @@ def corpus(render_corpus) -> Path:
 
 def _overlay(root: Path, corpus: Path, devices: int, model: dict | None = None, strategy: str = "ddp",
              steps: int = STEPS) -> Path:
-    """The tiny recipe cut to ``steps`` steps, no callbacks, a CSV log of every step, ``GLOBAL_BATCH / devices`` per rank."""
+    """The tiny recipe cut to ``steps``, no callbacks, a CSV log of every step, ``GLOBAL_BATCH / devices`` per rank."""
     doc = {
         "root": str(root),  # every output the recipe derives from its root lands here
         "trainer": {
@@ -126,7 +126,7 @@ def test_stage1_bidirectional_ddp_equals_one_process(tmp_path, corpus) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_stage2_tf_anyflow_ddp_equals_one_process(tmp_path, corpus) -> None:
-    """Stage 2 from a fresh model (``init_from: null``): kinds, times and noise per sample, the rescale reference global."""
+    """Stage 2 from scratch (``init_from: null``): kinds, times and noise per sample, the rescale reference global."""
     # The reference's pair mix (the tiny recipe trains r = t only), so kinds and the rescale are exercised.
     model = {"init_from": None, "diffusion_ratio": 0.5, "consistency_ratio": 0.25}
     single, ddp = _fit_both(tmp_path, corpus, "tiny_tf.yaml", "train/loss", model=model)

@@ -178,7 +178,10 @@ def write_abot(root: Path, sample_id: str, world: World, norm: float, actions: i
         return keys.astype(np.uint8)
     w2c = c2w_to_w2c(world.c2w)
     q, t = rotation_to_quat(w2c[:, :3, :3], "wxyz"), w2c[:, :3, 3] / norm
-    lines = ["# Image list with two lines of data per image:", "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME"]
+    lines = [
+        "# Image list with two lines of data per image:",
+        "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME",
+    ]
     for i in range(world.n):
         lines += [
             " ".join(

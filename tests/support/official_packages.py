@@ -1,4 +1,6 @@
-"""Tiny official packages (helpers; the fixtures are in tests/convert/conftest.py) built from the official Wan code (the ``wan22`` package, installed with ``--no-deps``).
+"""Tiny official packages built from the official Wan code (the ``wan22`` package, installed with ``--no-deps``).
+
+Helpers; the fixtures are in tests/convert/conftest.py.
 
 ``wan/__init__.py`` imports the whole pipeline stack (easydict, dashscope, opencv, flash-attn); only
 ``wan.modules.{model,vae2_2,t5}`` are needed, so ``wan`` and ``wan.modules`` are registered as bare packages

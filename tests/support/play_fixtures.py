@@ -116,7 +116,10 @@ class World:
 
 
 async def open_world(port: int, timeout: float = 240.0) -> World:
-    """Connect to ``solarwm play`` on ``port``, retrying while the server is busy (the previous world's in-flight block may still run)."""
+    """Connect to ``solarwm play`` on ``port``, retrying while the server is busy.
+
+    The previous world's in-flight block may still run.
+    """
     import asyncio
     import time
 

@@ -1,7 +1,8 @@
 """Per-route test configuration: the clip each route's contract runs on, the published recipes, a tiny adapter.
 
-``ROUTE_TEST_CLIPS`` is a route's *test config*: the clip the contract suite (``tests/backbones/test_route_contract.py``)
-runs it on. A new route adds one entry here (the suite fails for a registered route without one).
+``ROUTE_TEST_CLIPS`` is a route's *test config*: the clip the contract suite
+(``tests/backbones/test_route_contract.py``) runs it on. A new route adds one entry here (the suite fails for a
+registered route without one).
 """
 
 from __future__ import annotations
