@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--window_blocks", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # two threads spin-wait on a shared, loaded CPU
     from solarwm.backbones import load_adapter
 
     adapter = load_adapter(args.adapter).eval()
