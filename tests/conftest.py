@@ -16,9 +16,9 @@ from typing import Callable
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# The repository root must not be importable as a path entry: its top-level `kernels/` folder (installed as
-# solarwm.kernels) would shadow Hugging Face's `kernels` package, which transformers imports. `python -m pytest`
-# and pytest-xdist's workers put the working directory first on sys.path; take it out before any test imports.
+# Tests import the installed package, never the checkout's folders by their top-level names: `python -m pytest` and
+# pytest-xdist's workers put the working directory first on sys.path, so take it out before any test imports
+# (kernels/__init__.py also steps aside for Hugging Face's `kernels` when it is imported as `kernels`).
 sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != ROOT]
 if (
     getattr(sys.modules.get("kernels"), "__file__", None)

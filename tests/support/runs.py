@@ -30,7 +30,7 @@ def tiny_recipe(root: Path, recipe: str = "tiny_bid.yaml", corpus: Path | None =
     # One view per world: with 3 clips, a 4-view world would be held out whole and leave nothing to train on.
     doc["data"]["init_args"]["synth"].update(clips=3, frames=9, width=48, height=32, views=1)
     # `solarwm test` on the held-out clip (tests/datamodules/test_datamodules_windows.py covers a separate test corpus).
-    doc["data"]["init_args"].update(test_corpus_dir=None, test_synth=None)
+    doc["data"]["init_args"].update(test_corpus_dir=None, test_synth=None, test_multiview_dir=None, test_multiview=None)
     root.mkdir(parents=True, exist_ok=True)
     path = root / "recipe.yaml"
     path.write_text(yaml.safe_dump(doc))
