@@ -97,6 +97,7 @@ def test_published_config_is_5_00b_parameters_on_the_meta_device():
     assert all(p.device.type == "meta" for p in adapter.transformer.parameters())
 
 
+@pytest.mark.slow
 def test_hashing_text_encoder_is_deterministic_across_processes():
     enc = HashingTextEncoder(dim=8, max_length=6)
     embeds, mask = enc(["A red cube on grass", "a red cube on grass!", "blue sphere"])

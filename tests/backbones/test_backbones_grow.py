@@ -26,6 +26,7 @@ def cameras(frames: int) -> dict[str, torch.Tensor]:
     return {"c2w": c2w, "K": torch.tensor([28.0, 28.0, 16.0, 16.0]).repeat(1, frames, 1)}
 
 
+@pytest.mark.slow
 def test_grown_export_computes_the_same_prediction(tmp_path):
     torch.manual_seed(0)
     adapter = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig(prediction="x0_skip"))

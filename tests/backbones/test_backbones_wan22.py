@@ -105,6 +105,7 @@ def test_conditions_pick_the_camera_of_each_latent_frame(adapter):
     assert cond["text_embeds"].shape == (B, 16, 32)
 
 
+@pytest.mark.slow
 def test_camera_changes_the_prediction_but_a_global_rigid_motion_does_not(adapter):
     batch = make_batch()
     _, _, x_t, sigma_pf = noisy(adapter, batch)
@@ -201,6 +202,7 @@ def test_dense_causal_mask_hides_later_frames(adapter):
         adapter(x_t, sigma_pf, cond, attn_mask=mask, kv_cache=adapter.new_cache(16, 16))
 
 
+@pytest.mark.slow
 def test_save_and_load_adapter_give_identical_outputs(adapter, tmp_path):
     with torch.no_grad():
         for p in adapter.transformer.parameters():  # make the weights differ from a fresh init
@@ -268,6 +270,7 @@ def test_precomputed_text_embeds_are_used_and_checked(adapter):
         adapter.prepare_conditions(dict(batch, text_embeds=torch.randn(B, 5, 8)))
 
 
+@pytest.mark.slow
 def test_camera_on_a_head_dim_split_keeps_relative_pose_semantics():
     torch.manual_seed(0)
     split = Wan22TI2V5BAdapter(dataclasses.replace(Wan22TI2V5BConfig.tiny(), camera_head_dims=(16, 32))).eval()

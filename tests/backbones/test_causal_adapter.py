@@ -121,6 +121,7 @@ def test_rollout_runs_past_the_rope_table_with_window_local_positions(monkeypatc
         wan_attention.wan_rope_freqs(adapter.transformer.rope, torch.tensor([8]), 8, 8)
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_window_relative_cameras_keep_precision_far_from_the_origin():
     """The same rollout 5 km away from the world origin gives the same output (cameras re-expressed per window)."""
@@ -137,6 +138,7 @@ def test_window_relative_cameras_keep_precision_far_from_the_origin():
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_teacher_forcing_matches_rollout_on_clean_history():
     """Training and inference agree: the TF noisy prediction equals a cached query over committed clean blocks."""
@@ -155,6 +157,7 @@ def test_teacher_forcing_matches_rollout_on_clean_history():
     torch.testing.assert_close(tf, torch.cat(outs, 2), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_teacher_forcing_visibility():
     """Noisy block i sees clean blocks [i-W+1, i) and itself: not its own clean copy, not the future.
@@ -182,6 +185,7 @@ def test_teacher_forcing_visibility():
     assert changed("noisy", 1) == [False, True, False]
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_flow_map_starts_at_the_stage1_model_and_round_trips(tmp_path):
     adapter = make_adapter()

@@ -15,6 +15,7 @@ from routes import RECIPES, published_recipes
 ROUTES = published_recipes()  # recipe prefix -> registered route
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["bid", "tf", "dmd"])
 @pytest.mark.parametrize("short", sorted(ROUTES))
 def test_published_recipe_builds_fsdp_per_transformer_block(short: str, stage: str) -> None:

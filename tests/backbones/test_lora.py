@@ -76,6 +76,7 @@ def test_enable_lora_trains_only_lora_and_starts_at_the_base_model():
     assert len(names) == 2 * 2 * 2 and all(".attn1.to_q." in n or ".attn1.to_v." in n for n in names)
 
 
+@pytest.mark.slow
 def test_one_bidirectional_step_changes_only_lora():
     torch.manual_seed(0)
     a = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny(), lora=LoRAConfig(**LORA))
@@ -93,6 +94,7 @@ def test_one_bidirectional_step_changes_only_lora():
     assert any(".lora_B." in k for k in changed)
 
 
+@pytest.mark.slow
 def test_export_round_trip_merge_and_state_dict(tmp_path):
     a = plain()
     a.enable_lora(LORA)
@@ -155,6 +157,7 @@ def test_export_round_trip_merge_and_state_dict(tmp_path):
     torch.testing.assert_close(outputs(a, batch), expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_deepcopy_dmd_roles_and_causal_cache_with_lora():
     from solarwm.stages.dmd import DMDModule
 
@@ -179,6 +182,7 @@ def test_deepcopy_dmd_roles_and_causal_cache_with_lora():
     assert not dmd.real_score.trainable_parameters()
 
 
+@pytest.mark.slow
 def test_recipe_with_lora_parses(tmp_path):
     from solarwm.train_cli import parse_recipe
 
@@ -202,12 +206,14 @@ def test_recipe_with_lora_parses(tmp_path):
     assert LoRAConfig(**vars(lora)) == LoRAConfig(rank=8, target_modules=r"blocks\.\d+\.ffn\.net\.2", alpha=None)
 
 
+@pytest.mark.slow
 def test_route_contract_lora_check(tmp_path):
     a = plain()
     batch = contract.make_batch(a, num_frames=4 * 5 + 1, height=32, width=32)
     contract.check_lora(a, batch, tmp_path, LORA)
 
 
+@pytest.mark.slow
 def test_fit_stage1_and_stage2_with_lora_through_the_cli(tmp_path):
     """`solarwm fit` of 2 steps of stage 1 and stage 2 with `lora:`: EMA, export and init_from see only the LoRA."""
     from solarwm.stages.checkpoints import ema_shadow, read_checkpoint

@@ -8,6 +8,8 @@ against the rollout, the export round trip, LoRA (``routes.ROUTE_TEST_LORA``). A
 
 from __future__ import annotations
 
+import pytest
+
 from solarwm.backbones.export import ROUTES, route_class
 from solarwm.train_cli import parse_recipe
 
@@ -15,6 +17,7 @@ import route_contract as contract
 from routes import RECIPES, ROUTE_TEST_CLIPS, ROUTE_TEST_LORA, published_recipes, tiny_adapter
 
 
+@pytest.mark.slow
 def test_every_route_has_a_test_clip_and_a_route_recipe():
     """A registered route has its test clip and ``recipes/routes/<route>.yaml``, which runs under every stage file."""
     assert set(ROUTE_TEST_CLIPS) == set(ROUTES), "add the route's clip to tests/support/routes.py ROUTE_TEST_CLIPS"
@@ -51,18 +54,22 @@ def test_contract_geometry(route):
     contract.check_geometry(*_built(route))
 
 
+@pytest.mark.slow
 def test_contract_cache_exact(route):
     contract.check_cache_exact(*_built(route))
 
 
+@pytest.mark.slow
 def test_contract_teacher_forcing_matches_rollout(route):
     contract.check_teacher_forcing_matches_rollout(*_built(route))
 
 
+@pytest.mark.slow
 def test_contract_export_round_trip(route, tmp_path):
     contract.check_export_round_trip(*_built(route), tmp_path / "export")
 
 
+@pytest.mark.slow
 def test_contract_lora(route, tmp_path):
     adapter = tiny_adapter(route)
     clip = ROUTE_TEST_CLIPS[route]

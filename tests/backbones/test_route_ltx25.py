@@ -45,6 +45,7 @@ def test_geometry_8n_plus_1_and_causal_layout():
         a.latent_frames(20)
 
 
+@pytest.mark.slow
 def test_contract_lora(tmp_path):
     a = adapter()
     batch = contract.make_batch(a, num_frames=8 * 3 + 1, height=32, width=32)  # 4 latents = 2 blocks
@@ -52,6 +53,7 @@ def test_contract_lora(tmp_path):
     contract.check_lora(a, batch, tmp_path, lora)
 
 
+@pytest.mark.slow
 def test_flow_map_teacher_forcing_matches_rollout_and_export(tmp_path):
     """With the AnyFlow r-embedding (r != t) teacher forcing still equals the cached rollout; r = t is a no-op."""
     a = adapter()
@@ -238,6 +240,7 @@ def test_tiny_ltx_vae_geometry_and_stream_decoder():
     assert [blk.shape[2] for blk in blocks] == [9, 8]
 
 
+@pytest.mark.slow
 def test_rope_positions_are_window_local_and_the_first_frame_clamp_follows_the_clip():
     """RoPE read at positions [p..] equals a clip's tables at those frames; after eviction the window shifts by one."""
     a = adapter()

@@ -142,6 +142,7 @@ def test_batch_fold_keeps_samples_independent():
             torch.testing.assert_close(a(x_t[i : i + 1], sigma[i : i + 1], one), both[i : i + 1], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_rollout_past_the_window_keeps_the_prefix_and_bounded_cache():
     """7 blocks > window: the cache holds 5 blocks, positions stay window-local, and the prefix (caption) is
     still seen by the last block."""
@@ -213,6 +214,7 @@ def test_published_count_on_meta():
     assert a.trainable_parameters() and all(not p.requires_grad for p in a.codec.parameters())
 
 
+@pytest.mark.slow
 def test_visualvae_codec_geometry_anchor_and_export(tmp_path):
     """The real AutoencoderKLMiniMaxH3 class (tiny config): 17n+5 -> 5n+2 at 16x, anchor = latent 0, vae/ exported."""
     torch.manual_seed(0)
@@ -232,6 +234,7 @@ def test_visualvae_codec_geometry_anchor_and_export(tmp_path):
     assert (tmp_path / "export" / "vae" / "config.json").is_file()
 
 
+@pytest.mark.slow
 def test_lora_on_blocks_qkvo_ffn_and_first_frame_anchor(tmp_path):
     """The shared LoRA check with H3's targets (q/k/v/o + SwiGLU FFN); samplers' ``first_frame`` gives the anchor."""
     from solarwm.backbones.minimax_h3 import H3_LORA_TARGETS
@@ -249,6 +252,7 @@ def test_lora_on_blocks_qkvo_ffn_and_first_frame_anchor(tmp_path):
     assert any(n.startswith("transformer_blocks.0.attn.to_out.0") for n in names)
 
 
+@pytest.mark.slow
 def test_h3_recipes_match_the_route():
     """Three published H3 recipes: this route, 158 frames (-> 47 latents) at 768x1344, LoRA 384 on H3_LORA_TARGETS."""
     from pathlib import Path
@@ -271,6 +275,7 @@ def test_h3_recipes_match_the_route():
     assert a.latent_frames(158) == 47 and 768 % 16 == 0 and 1344 % 16 == 0
 
 
+@pytest.mark.slow
 def test_teacher_forcing_flex_block_mask_matches_dense():
     """The CUDA path (FlexAttention BlockMask over [prefix | clean | noisy]) equals the dense mask (CPU forward)."""
     a = adapter()

@@ -33,6 +33,7 @@ def adapter() -> Wan22I2V14BAdapter:
     return built.eval()
 
 
+@pytest.mark.slow
 def test_contract_lora(tmp_path):
     torch.manual_seed(0)
     fresh = Wan22I2V14BAdapter(config=Wan22I2V14BConfig.tiny())
@@ -50,6 +51,7 @@ def test_route_is_registered_and_has_the_i2v_layout(adapter):
     assert adapter.per_frame_conditions == ("c2w", "K", "y")
 
 
+@pytest.mark.slow
 def test_y_is_the_official_condition_of_diffusers_i2v_pipeline(adapter):
     """Same tensor as diffusers' WanImageToVideoPipeline.prepare_latents (mask channels, then the image latent)."""
     batch = contract.make_batch(adapter, num_frames=FRAMES, height=SIZE, width=SIZE, batch=2)
@@ -88,6 +90,7 @@ def test_y_is_the_official_condition_of_diffusers_i2v_pipeline(adapter):
     torch.testing.assert_close(adapter.prepare_conditions(other)["y"], y)
 
 
+@pytest.mark.slow
 def test_the_image_condition_comes_from_first_frame_or_is_an_error(adapter):
     batch = contract.make_batch(adapter, num_frames=FRAMES, height=SIZE, width=SIZE)
     from_video = adapter.prepare_conditions(batch)["y"]
@@ -109,6 +112,7 @@ def test_first_latent_is_noisy_and_supervised(adapter):
     assert torch.all(adapter.loss_mask(x0) == 1)
 
 
+@pytest.mark.slow
 def test_prope_reduces_to_native_wan_attention_when_all_cameras_coincide(adapter):
     """One shared camera: PRoPE is the identity, so the adapter = diffusers' I2V call on cat([x_t, y]),
     with per-token timesteps or with the I2V pipeline's one timestep per sample."""
@@ -146,6 +150,7 @@ def test_prope_reduces_to_native_wan_attention_when_all_cameras_coincide(adapter
     torch.testing.assert_close(ours, scalar, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_rollout_builds_y_from_the_first_frame_and_slices_it_per_block(adapter):
     batch = contract.make_batch(adapter, num_frames=FRAMES, height=SIZE, width=SIZE)
     rollout = Rollout(adapter, num_steps=2)

@@ -29,6 +29,7 @@ def test_missing_corpus_is_one_line(tmp_path, capsys):
     assert captured.out == ""
 
 
+@pytest.mark.slow
 def test_predict_with_missing_trajectory_is_one_line_and_writes_nothing(tmp_path):
     # The real entry point in a fresh interpreter: exactly what a user's terminal shows.
     cmd = [*solarwm_argv(), "predict", "--adapter", "/nonexistent", "--first_frame", "x.png",
@@ -40,6 +41,7 @@ def test_predict_with_missing_trajectory_is_one_line_and_writes_nothing(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path):
     cmd = [*solarwm_argv(), "data", "inspect", str(tmp_path / "missing"), "--debug"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -290,6 +290,7 @@ def _break_two(corpus: Path) -> list[str]:
     return [first.name, second.name]
 
 
+@pytest.mark.slow
 def test_wrong_structure_is_a_failed_clip_in_every_verb(corpus: Path, tmp_path: Path, capsys) -> None:
     broken = _break_two(corpus)
 
@@ -429,6 +430,7 @@ def test_fit_parse_error_is_one_line(recipe: Path, capsys) -> None:
     assert line == "solarwm fit: error: unrecognized arguments: --trainer.bogus 1"
 
 
+@pytest.mark.slow
 def test_truncated_ckpt_path_is_one_line_and_leaves_no_log_folder(recipe: Path, tmp_path: Path, capsys) -> None:
     ckpt = tmp_path / "last.ckpt"
     torch.save({"state_dict": {"w": torch.zeros(1000)}, "epoch": 0}, ckpt)
@@ -441,6 +443,7 @@ def test_truncated_ckpt_path_is_one_line_and_leaves_no_log_folder(recipe: Path, 
     assert "absent.ckpt: checkpoint not found" in one_error_line(capsys.readouterr().err, "fit")
 
 
+@pytest.mark.slow
 def test_bad_trainer_value_is_one_line(recipe: Path, capsys) -> None:
     assert main(["fit", "--config", str(recipe), "--trainer.max_steps", "-5"]) == 2
     err = capsys.readouterr().err
@@ -451,6 +454,7 @@ def test_bad_trainer_value_is_one_line(recipe: Path, capsys) -> None:
     assert not (recipe.parent / "tb").exists()
 
 
+@pytest.mark.slow
 def test_resume_loads_with_weights_only(recipe: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`fit` hands Lightning weights_only=True for a `--ckpt_path` resume (torch < 2.6 defaulted to False)."""
     from lightning.pytorch import Trainer

@@ -35,6 +35,7 @@ def engine(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_every_clip_accounted_and_defects_rejected_or_failed(engine: Path) -> None:
     acc = account(engine / "worlds")
     total = acc.total()
@@ -50,6 +51,7 @@ def test_every_clip_accounted_and_defects_rejected_or_failed(engine: Path) -> No
             assert meta["selection"]["reasons"], defect
 
 
+@pytest.mark.slow
 def test_release_index_and_recipe_are_consistent(engine: Path, capsys) -> None:
     rows = read_index(engine / "release/raw-wds/index.jsonl.gz", engine / "release")
     assert len(rows) == 11  # every clip but the failed one, rejected included

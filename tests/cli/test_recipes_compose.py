@@ -61,6 +61,7 @@ def _in_repo(monkeypatch) -> None:
     monkeypatch.chdir(ROOT)  # the recipes' relative paths (runs/, recipes/weights/) are the repository's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_recipe_resolves_to_the_frozen_config(name: str) -> None:
     """Each shipped recipe parses as is and resolves to exactly the frozen config (every number, every path)."""
@@ -73,6 +74,7 @@ def test_frozen_configs_are_all_shipped() -> None:
     assert sorted(json.loads(FROZEN.read_text())) == RUNNABLE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alias,stage", ENTRIES)
 def test_entry_point_is_its_stage_under_its_route(alias: str, stage: str) -> None:
     """``<route>_<stage>.yaml`` composes recipes/stages/<stage>.yaml then recipes/routes/<route>.yaml (code names)."""
@@ -91,6 +93,7 @@ def test_entry_point_is_its_stage_under_its_route(alias: str, stage: str) -> Non
     assert cls(cfg.model.init_args.adapter).route == ROUTE_ALIASES[alias]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", sorted(set(STAGE_ALIASES.values())))
 @pytest.mark.parametrize("route", sorted(set(ROUTE_ALIASES.values())))
 def test_route_and_stage_files_compose_on_the_command_line(route: str, stage: str) -> None:
@@ -100,6 +103,7 @@ def test_route_and_stage_files_compose_on_the_command_line(route: str, stage: st
     assert cfg.trainer.default_root_dir.startswith(f"runs/{route}/stage")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_root_moves_every_output(name: str, tmp_path: Path) -> None:
     """With ``--root DIR`` no path of the run is left under runs/: corpus, logs, checkpoints, exports, inits."""
@@ -108,6 +112,7 @@ def test_root_moves_every_output(name: str, tmp_path: Path) -> None:
     assert not left
 
 
+@pytest.mark.slow
 def test_three_stages_layout_under_one_root(tmp_path: Path) -> None:
     """The tiny chain under ``--root OUT``: OUT/{corpus,test_mixed}, OUT/stageN/{adapter,last.ckpt}, inits chained."""
     bid, tf, dmd = (

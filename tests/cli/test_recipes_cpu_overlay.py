@@ -23,6 +23,7 @@ def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("overlay")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", sorted(STAGES))
 @pytest.mark.parametrize("route", ROUTES)
 def test_published_recipe_runs_on_cpu_with_the_overlay(route: str, stage: str, workdir: Path) -> None:
@@ -36,6 +37,7 @@ def test_published_recipe_runs_on_cpu_with_the_overlay(route: str, stage: str, w
     assert meta["stage"] == STAGES[stage] and meta["config"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ROUTES)
 def test_published_recipe_without_weights_names_the_path_and_the_overlay(route: str, capsys) -> None:
     """Without weights a published recipe stops before building its model: one line naming the path and the overlay."""

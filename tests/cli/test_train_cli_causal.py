@@ -55,6 +55,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {"root": root, "bid": bid, "tf": tf, "dmd": dmd}
 
 
+@pytest.mark.slow
 def test_stage2_starts_from_stage1_and_exports_a_causal_model(runs) -> None:
     meta = read_adapter_json(runs["root"] / "tf" / "adapter")
     assert meta["stage"] == "tf_anyflow" and meta["flow_map_gate"] == 0.25
@@ -71,6 +72,7 @@ def _predict(runs, capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_causal_predict_rolls_out_past_the_rope_table(runs, capsys) -> None:
     """The export rolls out 161 frames (41 latents > the 24-row table); checkpoint == export; seeded."""
     out = runs["root"] / "long.mp4"
@@ -134,6 +136,7 @@ def test_causal_predict_refuses_bad_input_without_writing(runs, tmp_path) -> Non
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_stage2_init_from_missing_export_names_the_command(runs, tmp_path) -> None:
     doc = yaml.safe_load(runs["tf"].read_text())
     doc["model"]["init_args"]["init_from"] = str(tmp_path / "missing")
@@ -146,6 +149,7 @@ def test_stage2_init_from_missing_export_names_the_command(runs, tmp_path) -> No
         main(["fit", "--config", str(bad)])
 
 
+@pytest.mark.slow
 def test_solarwm_test_reports_fidelity_baselines_and_camera_following(runs, capsys) -> None:
     """`solarwm test` on a stage-2 checkpoint scores its few-step rollout against the static baseline."""
     assert (
@@ -167,6 +171,7 @@ def test_solarwm_test_reports_fidelity_baselines_and_camera_following(runs, caps
         assert name in out
 
 
+@pytest.mark.slow
 def test_solarwm_test_pools_its_metrics_over_test_draws(runs) -> None:
     """`--data.init_args.test_draws 2` generates every held-out clip twice (other noise) and pools the pairs."""
 
@@ -198,6 +203,7 @@ def test_solarwm_test_pools_its_metrics_over_test_draws(runs) -> None:
     assert other["test/psnr"] != one["test/psnr"]
 
 
+@pytest.mark.slow
 def test_solarwm_test_keeps_a_record_per_video_that_pools_to_its_metrics(runs) -> None:
     """``test_records``: one per generated video, in loader order; their means are the logged pooled metrics."""
     cli = SolarCLI(
@@ -239,6 +245,7 @@ def test_solarwm_test_command_line_wins_over_checkpoint_hyperparameters(runs) ->
     assert Built(args=[*args, "--model.init_args.sample_steps", str(saved + 1)]).model.sample_steps == saved + 1
 
 
+@pytest.mark.slow
 def test_stage3_exports_a_causal_student_and_predicts_from_checkpoint_and_export(runs, capsys) -> None:
     """The DMD export is the student alone (no r-embedding); checkpoint and export roll out alike."""
     meta = read_adapter_json(runs["root"] / "dmd" / "adapter")

@@ -43,6 +43,7 @@ def _recipe(tmp_path: Path, edit) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "edit,key",
     [
@@ -66,6 +67,7 @@ def test_bad_recipe_fails_before_building(tmp_path, capsys, built, edit, key) ->
 
 
 # tiny.yaml (the CPU overlay) and tiny_chain.yaml (the embedded default's shared part) are parts, not runs.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe", sorted(p.name for p in RECIPES.glob("*.yaml") if p.name not in ("tiny.yaml", "tiny_chain.yaml"))
 )

@@ -30,6 +30,7 @@ def run(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_fit_writes_checkpoint_export_and_videos(run: Path) -> None:
     """The fit rendered its corpus, stepped twice and wrote a checkpoint, an export and an eval video."""
     assert len(iter_clip_dirs(run / "corpus")) == 3
@@ -56,6 +57,7 @@ def _predict(run: Path, capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_predict_from_checkpoint_and_from_export(run: Path, capsys) -> None:
     """Both weight sources give an mp4 of the recipe's frame count; EMA checkpoint == EMA export."""
     out_ckpt = run / "pred_ckpt.mp4"
@@ -90,6 +92,7 @@ def test_predict_from_checkpoint_and_from_export(run: Path, capsys) -> None:
     assert np.array_equal(read_video(out_export), frames_ckpt)
 
 
+@pytest.mark.slow
 def test_predict_short_trajectory_is_an_error(run: Path) -> None:
     """A 4-frame trajectory for a 5-frame clip is refused (no padding)."""
     with pytest.raises(ValueError, match="trajectory has 4 frames, --num_frames is 5"):
@@ -111,6 +114,7 @@ def test_predict_short_trajectory_is_an_error(run: Path) -> None:
     assert not (run / "never.mp4").exists()
 
 
+@pytest.mark.slow
 def test_predict_bad_checkpoints_say_so(run: Path, tmp_path: Path) -> None:
     """A missing checkpoint names its path; one of another model shape names the mismatch."""
     common = [

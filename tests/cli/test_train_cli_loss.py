@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from jsonargparse import ArgumentParser
 from lightning.pytorch import LightningModule
@@ -17,6 +18,7 @@ from solarwm.train_cli import parse_recipe
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
+@pytest.mark.slow
 def test_tiny_recipe_loss_goes_down(tmp_path) -> None:
     """40 steps on one rendered window: the seeded eq. (1) loss falls well below its starting value."""
     pl.seed_everything(0)

@@ -77,6 +77,7 @@ def _first_frame(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["stage1", "stage2"])
 def test_predict_rolls_out_a_converted_package(stage, converted, tmp_path, capsys) -> None:
     """``solarwm predict --adapter`` on a converted stage-1 (flow map) and stage-2 (re-noise) package."""

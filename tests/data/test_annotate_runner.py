@@ -49,6 +49,7 @@ def test_command_records_failures_and_accounts_every_clip(corpus: Path, capsys: 
             assert m["camera.finite"] is False and "camera.fov_x_min" not in m
 
 
+@pytest.mark.slow
 def test_rerun_is_idempotent(corpus: Path) -> None:
     run_annotate(corpus, FAST, AnnotateConfig())
     before = snapshot(corpus)
@@ -60,6 +61,7 @@ def test_rerun_is_idempotent(corpus: Path) -> None:
             assert status in ("cached", "failed"), (r.clip, stage, status)
 
 
+@pytest.mark.slow
 def test_resume_completes_partial_corpus(corpus: Path) -> None:
     dirs = iter_clip_dirs(corpus)
     done = dirs[: len(dirs) // 2]
@@ -104,6 +106,7 @@ def test_dover_without_weights_is_skipped(corpus: Path) -> None:
     assert not any(k.startswith("metrics.dover") for k in meta["metrics"])
 
 
+@pytest.mark.slow
 def test_process_pool_matches_in_process(corpus: Path, tmp_path: Path) -> None:
     import shutil
 

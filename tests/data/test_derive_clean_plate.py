@@ -12,6 +12,7 @@ import json
 import subprocess
 
 import numpy as np
+import pytest
 
 from solarwm.camera.intrinsics import resize_intrinsics
 from solarwm.data.accounting import account
@@ -74,6 +75,7 @@ def test_slice_plan_and_model_frames():
     assert model_frames(81) == 121 and model_frames(160) == 241
 
 
+@pytest.mark.slow
 def test_lineage_accounting_and_resume(tmp_path, capsys):
     src, out = tmp_path / "src", tmp_path / "out"
     good = parent(src, "sekai_walking", "walk", 96)
@@ -122,6 +124,7 @@ def test_lineage_accounting_and_resume(tmp_path, capsys):
     assert len(ledger) == 8 and {r["status"] for r in ledger} == {"derived", "cached", "failed", "skipped"}
 
 
+@pytest.mark.slow
 def test_cli_without_weights_exits_2_with_one_line(tmp_path):
     cmd = [*solarwm_argv(), "data", "derive", "--corpus", str(tmp_path), "--out", str(tmp_path / "o")]
     r = subprocess.run(cmd, capture_output=True, text=True, env={"PATH": "", "HOME": str(tmp_path)})
@@ -259,6 +262,7 @@ def tiny_ltx23_folder(root):
     return root, lora
 
 
+@pytest.mark.slow
 def test_tiny_ltx23_pipeline_end_to_end(tmp_path, capsys):
     """``CleanPlate.from_local`` → ``derive_corpus`` → ``data derive`` rerun, with the real diffusers pipeline."""
     import torch

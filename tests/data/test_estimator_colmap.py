@@ -62,6 +62,7 @@ class TrueDepth:
         return {"name": self.name, "version": self.version, "weights": None, "weights_sha256": None}
 
 
+@pytest.mark.slow
 def test_known_K_arc_is_accurate_and_metric_with_the_oracle_depth():
     traj, frames, depth = rendered(*ARC)
     est = get_estimator("colmap", depth=TrueDepth(frames, depth)).estimate(frames, traj.K, 16.0)
@@ -78,6 +79,7 @@ def test_known_K_arc_is_accurate_and_metric_with_the_oracle_depth():
     assert d["metric_scale"]["spread"] < 0.05 and d["depth_model"]["name"] == "oracle"
 
 
+@pytest.mark.slow
 def test_known_K_orbit_is_accurate_and_relative_without_a_depth_model():
     traj, frames, _ = rendered(*ORBIT)
     est = get_estimator("colmap").estimate(frames, traj.K, 16.0)
@@ -158,6 +160,7 @@ def test_when_the_mappers_disagree_the_clip_fails_by_name():
         get_estimator("colmap", upscale=1).estimate(frames, traj.K, 16.0)
 
 
+@pytest.mark.slow
 def test_degenerate_clips_fail_by_name():
     traj, frames, _ = rendered(ARC[0], ARC[1], frames=17)
     est = get_estimator("colmap")
@@ -201,6 +204,7 @@ def test_metric_scale_fails_when_frames_disagree():
     assert scale == pytest.approx(3.0) and diag["spread"] == 0.0 and len(diag["frames"]) == 8
 
 
+@pytest.mark.slow
 def test_tiny_random_depthpro_runs_end_to_end(tmp_path):
     """Plumbing only: a random DepthPro saved with save_pretrained and loaded from that folder.
 

@@ -49,6 +49,7 @@ def run_engine(root: Path, executor: list[str], synth_workers: str = "2") -> tup
     return corpus, release
 
 
+@pytest.mark.slow
 def test_ray_matches_the_process_pool_byte_for_byte(ray_session, tmp_path: Path, capsys) -> None:
     from solarwm.data.accounting import account
 
@@ -86,6 +87,7 @@ def annotation_fields(corpus: Path) -> dict[str, dict[str, object]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_executor_writes_the_same_annotation_records(ray_session, tmp_path: Path, capsys) -> None:
     """In-process (at 2 threads), a 2-worker pool and Ray: every stage's every field, exactly equal."""
     import cv2
@@ -150,6 +152,7 @@ def corpus_src(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["process", "ray"])
 def test_a_task_killed_midway_is_rerun_and_accounting_balances(
     executor, corpus_src: Path, tmp_path: Path, request

@@ -103,6 +103,7 @@ def test_realcam_vid_roundtrip_and_malformed_items(tmp_path):
     assert account(out).total() == total
 
 
+@pytest.mark.slow
 def test_sekai_game_bridge_restores_metres_and_fails_closed(tmp_path):
     world = make_world(N, SRC_FPS)
     native, out = tmp_path / "native", tmp_path / "corpus"
@@ -144,6 +145,7 @@ def test_sekai_game_bridge_restores_metres_and_fails_closed(tmp_path):
     assert total["ingested"] == 4 and total["failed"] == 2 and total["pending"] == 2
 
 
+@pytest.mark.slow
 def test_abot_colmap_actions_and_bridge(tmp_path):
     world = make_world(N, SRC_FPS)
     native, out = tmp_path / "native", tmp_path / "corpus"

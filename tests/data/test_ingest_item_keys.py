@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from solarwm.cli import main
 from solarwm.data.contract import iter_clip_dirs, read_meta
 from solarwm.data.sources.ingest import ingest
@@ -14,6 +16,7 @@ from native_fixtures import world_mp4
 SRC_FPS, N = 30.0, 310  # two 81f windows per video
 
 
+@pytest.mark.slow
 def test_same_named_videos_and_a_symlinked_alias_each_get_their_own_records(tmp_path):
     native, out = tmp_path / "native", tmp_path / "corpus"
     videos = native / "videos"

@@ -44,6 +44,7 @@ NATIVE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", sorted(NATIVE))
 def test_without_estimator_every_window_fails_closed_and_is_accounted(source, tmp_path):
     write, ids = NATIVE[source]

@@ -260,6 +260,7 @@ def test_xhigh_bound_inclusive_inside_and_high_just_outside(owner, column, lo, h
         assert row["tier"] == "rejected"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("owner", sorted(TABLE3))
 def test_rule_reads_exactly_the_table3_columns(owner):
     """Dropping a column the kept rule names rejects with `column: missing`; any other column is not a gate."""

@@ -33,6 +33,7 @@ def _check_page(out: Path) -> dict:
     return summary
 
 
+@pytest.mark.slow
 def test_report_from_corpus(corpus: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "report"
     assert report_command(str(out), corpus=str(corpus), policy=str(POLICY)) == 0
@@ -47,6 +48,7 @@ def test_report_from_corpus(corpus: Path, tmp_path: Path, capsys) -> None:
     assert "Thresholds from policy solarwm-v1" in page
 
 
+@pytest.mark.slow
 def test_report_from_release_matches_corpus(corpus: Path, tmp_path: Path, capsys) -> None:
     release = tmp_path / "release"
     pack_command(str(corpus), str(release))

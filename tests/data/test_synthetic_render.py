@@ -132,6 +132,7 @@ print(hashlib.sha256(render_clip(make_scene(np.random.default_rng(101), traj.c2w
 """
 
 
+@pytest.mark.slow
 def test_frames_do_not_depend_on_the_cpu_kernels_numpy_picks():
     """The same world renders to the same bytes whichever SIMD kernels numpy and its BLAS dispatch to.
 

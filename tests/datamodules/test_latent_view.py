@@ -138,6 +138,7 @@ def test_view_batch_gives_the_raw_path_loss(recipe: Path, view: Path) -> None:
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_tiny_route_trains_from_the_view(recipe: Path, view: Path) -> None:
     from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter
     from solarwm.stages.bidirectional import BidirectionalModule

@@ -45,6 +45,7 @@ def _same(want: dict[int, float], got: dict[int, float]) -> None:
         assert got[step] == pytest.approx(want[step], rel=1e-4, abs=1e-6), (step, want, got)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_fsdp_stage_takes_the_steps_of_one_process(tmp_path, corpus, stage: str) -> None:
     recipe, model, keys, steps = STAGES[stage]
@@ -58,6 +59,7 @@ def test_fsdp_stage_takes_the_steps_of_one_process(tmp_path, corpus, stage: str)
     assert len(set(logged(one, keys[0]).values())) > 1  # the loss moves
 
 
+@pytest.mark.slow
 def test_fsdp_sharded_checkpoint_resumes_exactly(tmp_path, corpus) -> None:
     """Stage 1 for 4 steps, against 2 steps + a sharded checkpoint + a resumed run to step 4."""
     save = {"enable_checkpointing": True, "callbacks": [{

@@ -21,6 +21,7 @@ from play_fixtures import first_frame_png, free_port, reference_trajectory, tiny
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 
+@pytest.mark.slow
 def test_predict_under_torchrun_writes_the_one_process_video(tmp_path: Path) -> None:
     adapter = tiny_causal_adapter(tmp_path / "adapter")
     args = ["predict", "--adapter", str(adapter), "--first_frame", str(first_frame_png(tmp_path / "first.png")),

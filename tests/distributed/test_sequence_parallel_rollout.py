@@ -50,6 +50,7 @@ def _worker(rank: int, world: int, route: str) -> None:
     torch.testing.assert_close(keys, ref_keys.chunk(world, dim=2)[rank], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["wan22_ti2v_5b"])
 def test_rollout_under_sequence_parallel_equals_one_process(route: str) -> None:
     spawn(_worker, 2, route)

@@ -52,12 +52,14 @@ def _assert_same(one: Path, two: Path, key: str, steps: int) -> None:
         assert parallel[step] == pytest.approx(single[step], rel=1e-4, abs=1e-6), (key, step, single, parallel)
 
 
+@pytest.mark.slow
 def test_stage1_sequence_parallel_equals_one_process(tmp_path, corpus) -> None:
     one, two = _fit_both(tmp_path, corpus, "tiny_bid.yaml")
     _assert_same(one, two, "train/loss", STEPS)
     assert len({round(v, 4) for v in logged(one, "train/loss").values()}) == STEPS  # the loss moves
 
 
+@pytest.mark.slow
 def test_stage2_tf_anyflow_sequence_parallel_equals_one_process(tmp_path, corpus) -> None:
     """Teacher forcing ([clean | noisy] under its block-causal mask) and the flow map's (t, r) pairs."""
     model = {"init_from": None, "diffusion_ratio": 0.5, "consistency_ratio": 0.25}
@@ -66,6 +68,7 @@ def test_stage2_tf_anyflow_sequence_parallel_equals_one_process(tmp_path, corpus
     _assert_same(one, two, "train/flow_loss", STEPS)
 
 
+@pytest.mark.slow
 def test_stage3_dmd_sequence_parallel_equals_one_process(tmp_path, corpus) -> None:
     """DMD's three roles (generator rollout, teacher and critic scores): critic every step, student on step 2."""
     model = {"init_from": None, "student_update_every": 2}

@@ -70,6 +70,7 @@ def _kernel_worker(rank: int, world: int) -> None:
         sp.check_heads(3, "test")
 
 
+@pytest.mark.slow
 def test_ulysses_prope_attention_equals_one_process_with_padding() -> None:
     spawn(_kernel_worker, 2)
 
@@ -178,5 +179,6 @@ def _heads_worker(rank: int, world: int) -> None:
     assert all(p.sequence_parallel is None for p in (b.attn1.processor for b in adapter.transformer.blocks))
 
 
+@pytest.mark.slow
 def test_heads_not_divisible_by_the_group_fail_at_set_up() -> None:
     spawn(_heads_worker, 2)

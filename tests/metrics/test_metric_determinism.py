@@ -76,6 +76,7 @@ def test_pinned_threads_pins_every_pool_and_restores_it():
             pass
 
 
+@pytest.mark.slow
 def test_camera_following_is_identical_at_1_and_2_threads_and_run_twice():
     runs = [at_threads(n, score_worlds) for n in (1, 2, 1, 2)]
     assert all(r == runs[0] for r in runs[1:])
@@ -111,12 +112,14 @@ def scored_in_a_fresh_interpreter(**env: str) -> list[dict[str, str]]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_fresh_interpreters_with_1_and_2_omp_threads_score_the_same():
     outputs = [scored_in_a_fresh_interpreter(OMP_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n, MKL_NUM_THREADS=n)
                for n in ("1", "2")]
     assert outputs[0] == outputs[1] == score_worlds()
 
 
+@pytest.mark.slow
 def test_fresh_interpreters_on_another_cpus_kernels_score_the_same():
     """As on an older CPU: numpy's and OpenCV's SIMD dispatch turned off, OpenBLAS's oldest x86 kernel.
 

@@ -219,6 +219,7 @@ def test_a_pan_whose_rotation_explains_most_tracks_is_read_as_a_rotation():
         assert est is not None and est.t is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width, height", [(64, 64), (96, 64)])
 def test_walk_and_turn_floor_is_small_and_wrong_cameras_are_not(width, height):
     traj, frames = _world("walk", width, height, 0)

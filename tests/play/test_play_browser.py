@@ -13,6 +13,7 @@ CHROMIUM = "/usr/bin/chromium"
 TIMEOUT_MS = 300_000
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} is not installed (apt-get install chromium)")
 def test_holding_w_walks_forward_at_the_commanded_speed(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")

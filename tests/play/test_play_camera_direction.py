@@ -20,6 +20,7 @@ SHIPPED = Path(__file__).resolve().parents[2] / "recipes" / "weights" / "tiny_ca
 websockets = pytest.importorskip("websockets")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHIPPED / "adapter.json").is_file(),
                     reason="recipes/weights/tiny_causal (the shipped stage-3 export) is not in this checkout yet")
 def test_a_held_yaw_turns_the_generated_view_the_commanded_way():

@@ -17,6 +17,7 @@ def root(tmp_path_factory):
     return tmp_path_factory.mktemp("limits")
 
 
+@pytest.mark.slow
 def test_resets_keep_the_pace_and_make_no_empty_worlds(root, tmp_path):
     # At 0.5 fps a 9-frame first block is 18 s of playback: after the first block and the one the server keeps
     # ahead, the next may start only some 18 s later, reset or not.
@@ -44,6 +45,7 @@ def test_resets_keep_the_pace_and_make_no_empty_worlds(root, tmp_path):
     assert 1 <= len(folders) <= len(steps), folders  # a world gets a folder only with its first block
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, match", [
     ('{"type": "move", "velocity": [1' + "0" * 400 + ', 0, 0], "angular": [0, 0, 0]}', "finite"),
     ("[" * 100_000 + "]" * 100_000, "characters"),

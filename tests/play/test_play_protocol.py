@@ -65,6 +65,7 @@ def decode_jpeg(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
+@pytest.mark.slow
 def test_page_and_config_are_served(server):
     import urllib.request
 
@@ -109,6 +110,7 @@ def test_frames_then_a_block_message_and_the_camera_follows_the_move(server):
     assert step[2, 3] > 0 and step[0, 3] > 0 and abs(step[1, 3]) < 1e-12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bad, match",
     [
@@ -137,6 +139,7 @@ def test_a_malformed_message_gets_an_error_and_the_world_goes_on(server, bad, ma
     assert texts[-1]["type"] == "block" and len(frames) >= 9
 
 
+@pytest.mark.slow
 def test_a_second_client_is_told_busy_and_a_disconnect_mid_block_frees_the_world(server):
     async def run():
         first = await open_world(server.port, TIMEOUT)
@@ -161,6 +164,7 @@ def test_a_second_client_is_told_busy_and_a_disconnect_mid_block_frees_the_world
     assert texts[-1]["type"] == "block" and texts[-1]["index"] == 0 and len(frames) == 9
 
 
+@pytest.mark.slow
 def test_pause_holds_the_world_resume_and_reset_start_it_again(server):
     async def run():
         ws = await open_world(server.port, TIMEOUT)

@@ -34,6 +34,7 @@ async def drive(port: int, moves: list[tuple[list, list]]) -> int:
         await ws.close()
 
 
+@pytest.mark.slow
 def test_a_recorded_world_replays_exactly_and_ctrl_c_leaves_complete_files(tmp_path):
     from solarwm.camera.trajectory import load_trajectory
     from solarwm.data.video import read_video

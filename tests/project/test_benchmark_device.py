@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device.py"
 
 
+@pytest.mark.slow
 def test_device_benchmark_dry_run_prints_finite_positive_figures() -> None:
     result = subprocess.run([sys.executable, str(SCRIPT), "--dry-run"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -134,6 +134,7 @@ def test_every_layer_names_a_unit_that_exists():
     assert not set(RANK) - units, f"LAYERS names units with no module: {sorted(set(RANK) - units)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", sorted({unit_of(m) for m in MODULES} - {""}))
 def test_no_import_cycle_inside_a_unit(unit):
     graph = {m: {t for t in import_edges(m, p) if unit_of(t) == unit} for m, p in MODULES.items() if unit_of(m) == unit}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
+import pytest
+
 OPENCV_WHEELS = ("opencv-python", "opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless")
 
 
@@ -21,6 +23,7 @@ def test_exactly_one_opencv_wheel_is_installed() -> None:
     )
 
 
+@pytest.mark.slow
 def test_diffusers_models_import_with_the_repository_root_on_sys_path() -> None:
     # `python -m pytest` and `python -m solarwm...` put the repository root on sys.path, where our top-level
     # `kernels/` folder (solarwm.kernels) shadows Hugging Face's `kernels` package. transformers 5.25 requires that

@@ -59,6 +59,7 @@ def test_short_clips_and_no_window_are_left_alone(batch):
     assert make_module().score_slice(x, cond, torch.Generator())[0] is x
 
 
+@pytest.mark.slow
 def test_long_rollout_losses_train_the_student_and_critic_on_slices(batch):
     module = make_module(score_window=5)
     assert batch["video"].shape[2] == 25  # 7 latent frames: 3 blocks, scored 5 at a time

@@ -58,6 +58,7 @@ def adapter() -> Wan22TI2V5BAdapter:
     return Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny()).eval()
 
 
+@pytest.mark.slow
 def test_rollout_is_deterministic_for_a_seed_and_keeps_the_anchor(adapter):
     rollout = Rollout(adapter, num_steps=2)
     cond = _conditions(rollout, 29)  # 8 latent frames: blocks of 3, 3, 2
@@ -72,6 +73,7 @@ def test_rollout_is_deterministic_for_a_seed_and_keeps_the_anchor(adapter):
     torch.testing.assert_close(a[:, :, 0], first)
 
 
+@pytest.mark.slow
 def test_exit_step_commits_that_steps_x0_and_the_cache_stays_bounded(adapter):
     rollout = Rollout(adapter, num_steps=4)
     cond = _conditions(rollout, 4 * 26 + 1)  # 27 latent frames = 9 blocks, past the 6-block window

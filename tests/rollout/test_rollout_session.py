@@ -36,6 +36,7 @@ def _image(path) -> np.ndarray:
     return np.asarray(Image.open(path).convert("RGB"))
 
 
+@pytest.mark.slow
 def test_predict_is_a_session_and_reproduces_the_recorded_output_bit_for_bit(world, tmp_path):
     """`solarwm predict` (now a session fed from the trajectory) equals the output recorded before the refactor."""
     from solarwm.data.video import read_video
@@ -82,6 +83,7 @@ def test_a_seed_changes_the_world_and_a_wrong_block_size_is_refused(world):
         RolloutSession(adapter, image, "x", traj.K[0], 16.0).step(traj.c2w[:8])
 
 
+@pytest.mark.slow
 def test_two_sessions_forked_from_one_state_share_their_history(world):
     """A world branched after one block: same state, same cameras -> identical; other cameras -> they differ."""
     adapter = load_adapter(world["adapter"]).eval()
@@ -117,6 +119,7 @@ def test_the_i2v_image_condition_comes_block_by_block_and_equals_the_whole_clips
     torch.testing.assert_close(blocks, whole, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_i2v_session_equals_the_whole_horizon_rollout_and_forks_its_vae_streams(world):
     """The 14B route (Wan VAE codec, streamed ``y``): a session block by block = the whole-clip rollout, and a
     fork (VAE encoder and decoder caches included) continues exactly like its parent."""

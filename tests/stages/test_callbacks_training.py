@@ -49,6 +49,7 @@ def fitted(tmp_path_factory):
     return trainer, module, (ema, video, export), dm
 
 
+@pytest.mark.slow
 def test_ema_tracks_and_swaps(fitted) -> None:
     """The average differs from the trained weights, is swapped in and out exactly, and is checkpoint state."""
     trainer, module, (ema, _, _), _ = fitted

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -25,6 +26,7 @@ def _h3(path: Path, **init_args) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_three_stages_fit_and_export(tmp_path):
     bid = _h3(_tiny_recipe(tmp_path / "bid"))
     assert main(["fit", "--config", str(bid)]) == 0

@@ -136,6 +136,7 @@ def fit(
     return log.losses, trainer
 
 
+@pytest.mark.slow
 def test_training_keeps_the_teacher_and_resume_continues_exactly(corpus, tmp_path):
     module = make_module()
     real_before = {k: v.clone() for k, v in module.real_score.state_dict().items()}
@@ -163,6 +164,7 @@ def test_training_keeps_the_teacher_and_resume_continues_exactly(corpus, tmp_pat
         )
 
 
+@pytest.mark.slow
 def test_periodic_checkpoints_and_eval_videos_fire_when_the_step_count_jumps_over_the_multiple(corpus, tmp_path):
     """A DMD batch makes 1 or 2 optimizer steps; with student_update_every=2 the count runs 1, 2, 4, 5, 7, 8.
 
@@ -204,6 +206,7 @@ def test_periodic_checkpoints_and_eval_videos_fire_when_the_step_count_jumps_ove
     assert [p.name.split("_")[0] for p in videos.written] == ["step0000004", "step0000007"]
 
 
+@pytest.mark.slow
 def test_camera_guidance_pushes_the_real_score_away_from_a_still_camera(corpus, monkeypatch):
     import solarwm.stages.dmd as dmd_mod
 
@@ -239,6 +242,7 @@ def test_camera_guidance_pushes_the_real_score_away_from_a_still_camera(corpus, 
     assert len(calls) == 1 and torch.allclose(seen["real"], torch.ones_like(seen["real"]))
 
 
+@pytest.mark.slow
 def test_regression_weight_adds_the_mse_of_the_generated_frames_to_the_clip(corpus):
     batch = one_batch(corpus)
     plain = make_module(guidance_scale=0.0)

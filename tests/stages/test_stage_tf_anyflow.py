@@ -21,6 +21,7 @@ def batch(tmp_path_factory) -> dict:
     return next(iter(dm.train_dataloader()))
 
 
+@pytest.mark.slow
 def test_diffusion_only_pairs_skip_the_finite_difference_and_give_the_same_loss(batch, monkeypatch):
     torch.manual_seed(0)
     module = TFAnyFlowModule(adapter=Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny()),

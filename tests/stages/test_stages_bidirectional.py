@@ -69,6 +69,7 @@ def test_one_training_step_changes_only_the_transformer():
     assert module.adapter.codec.training is False and module.adapter.text_encoder.training is False
 
 
+@pytest.mark.slow
 def test_loss_goes_down_on_a_fixed_batch():
     module = make_module(lr=2e-3)
     batch = make_batch()
@@ -103,6 +104,7 @@ def test_nan_loss_names_the_step_and_the_sample_ids():
         make_trainer(3).fit(module, loader([make_batch(), bad, make_batch()]))
 
 
+@pytest.mark.slow
 def test_generate_keeps_the_first_frame_and_follows_the_camera():
     module = make_module().eval()
     batch = make_batch()

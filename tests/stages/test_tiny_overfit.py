@@ -10,6 +10,7 @@ pipeline can fit, not that it generalises.
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
@@ -40,6 +41,7 @@ def _fit(batch: dict, steps: int) -> BidirectionalModule:
     return module.eval()
 
 
+@pytest.mark.slow
 def test_overfit_one_clip_beats_static_baseline() -> None:
     torch.manual_seed(0)
     clip, _ = build_clip(SynthSpec(frames=17, width=32, height=32, fps=16.0, seed=0), 3)
@@ -60,6 +62,7 @@ def test_overfit_one_clip_beats_static_baseline() -> None:
     assert psnr > psnr_static + 2.0, f"overfit psnr {psnr:.2f} dB vs static {psnr_static:.2f} dB"
 
 
+@pytest.mark.slow
 def test_camera_decides_the_generated_motion() -> None:
     """The camera path end to end: one world, one first frame, two trajectories (yaw 40° left / right).
 
