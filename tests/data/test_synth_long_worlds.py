@@ -7,16 +7,8 @@ import pytest
 
 from solarwm.camera import trajectory as T
 from solarwm.data.sources import synthetic
-from solarwm.data.sources.synthetic import (
-    ALONG_PATH_AFTER_M,
-    CAMERA_Z,
-    SynthSpec,
-    _along_path,
-    build_clip,
-    make_scene,
-    render_clip,
-    sample_trajectory,
-)
+from solarwm.data.sources.synthetic import CAMERA_Z, SynthSpec, build_clip, render_clip, sample_trajectory
+from solarwm.data.sources.synthetic_world import ALONG_PATH_AFTER_M, along_path, make_scene
 from solarwm.metrics.long_horizon import detail
 
 
@@ -26,7 +18,7 @@ def test_a_straight_minute_long_walk_passes_scenery_all_the_way():
                               start=(0.0, 0.0, 1.5), start_yaw=30.0, start_pitch=0.0)
     rng = np.random.default_rng(7)
     scene = make_scene(rng, traj.c2w)
-    along = _along_path(np.random.default_rng(7), traj.c2w[:, :3, 3], traj.c2w[:, :3, 2], 0.8)
+    along = along_path(np.random.default_rng(7), traj.c2w[:, :3, 3], traj.c2w[:, :3, 2], 0.8)
     assert len(along) > (90 - ALONG_PATH_AFTER_M) / 3 * 0.8  # one per 3 m, a few refused for clearance
     frames = render_clip(scene, traj)
     d = detail(frames)

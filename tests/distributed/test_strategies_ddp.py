@@ -13,19 +13,15 @@ ranks; and the logged losses are synced (the global batch's mean).
 
 from __future__ import annotations
 
-import csv
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from solarwm.train_cli import main
 
-from commands import solarwm_argv
+from dist_helpers import fit, fit_overlay, logged
+from routes import RECIPES
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 GLOBAL_BATCH = 4
 STEPS = 4
 
@@ -36,76 +32,19 @@ def corpus(render_corpus) -> Path:
     return render_corpus(clips=9, frames=9, width=48, height=32, fps=8.0, seed=0)
 
 
-def _overlay(root: Path, corpus: Path, devices: int, model: dict | None = None, strategy: str = "ddp",
-             steps: int = STEPS) -> Path:
-    """The tiny recipe cut to ``steps``, no callbacks, a CSV log of every step, ``GLOBAL_BATCH / devices`` per rank."""
-    doc = {
-        "root": str(root),  # every output the recipe derives from its root lands here
-        "trainer": {
-            "devices": devices,
-            "strategy": strategy if devices > 1 else "auto",
-            "max_steps": steps,
-            "val_check_interval": None,
-            "limit_val_batches": 0,
-            "log_every_n_steps": 1,
-            "enable_progress_bar": False,
-            "enable_checkpointing": False,
-            "enable_model_summary": False,
-            "default_root_dir": str(root),
-            "callbacks": [],
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(root), "name": "csv"},
-            },
-        },
-        "model": {"init_args": dict(model or {})},
-        "data": {
-            "init_args": {
-                "corpus_dir": str(corpus),
-                "num_val_clips": 1,
-                "num_frames": 5,
-                "batch_size": GLOBAL_BATCH // devices,
-                "num_workers": 0,
-            }
-        },
-    }
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "overlay.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def _losses(root: Path, key: str) -> dict[int, float]:
-    """``{step: value}`` of the logged metric ``key`` from the CSV log."""
-    (metrics,) = root.glob("csv/version_*/metrics.csv")
-    with metrics.open() as f:
-        return {int(r["step"]): float(r[key]) for r in csv.DictReader(f) if r.get(key)}
-
-
-def _fit_both(tmp_path: Path, corpus: Path, recipe: str, key: str, **overlay) -> tuple[dict, dict]:
+def _fit_both(tmp_path: Path, corpus: Path, recipe: str, key: str, model: dict | None = None,
+              strategy: str = "ddp", steps: int = STEPS) -> tuple[dict, dict]:
     """The recipe on 1 process (in this process) and on 2 DDP processes (the CLI in a subprocess)."""
-    one = tmp_path / "one"
-    assert main(["fit", "--config", str(RECIPES / recipe), "--config", str(_overlay(one, corpus, 1, **overlay))]) == 0
-    two = tmp_path / "two"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
-    result = subprocess.run(
-        [
-            *solarwm_argv(),
-            "fit",
-            "--config",
-            str(RECIPES / recipe),
-            "--config",
-            str(_overlay(two, corpus, 2, **overlay)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+
+    def overlay(root: Path, devices: int) -> Path:
+        return fit_overlay(root, corpus, devices, GLOBAL_BATCH // devices, steps, strategy if devices > 1 else "auto",
+                           model=model, data={"num_frames": 5})
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["fit", "--config", str(RECIPES / recipe), "--config", str(overlay(one, 1))]) == 0
+    result = fit(recipe, overlay(two, 2))
     assert "Starting with 2 processes" in result.stderr + result.stdout
-    return _losses(one, key), _losses(two, key)
+    return logged(one, key), logged(two, key)
 
 
 def _assert_same(single: dict, ddp: dict, steps: range) -> None:
@@ -132,7 +71,7 @@ def test_stage2_tf_anyflow_ddp_equals_one_process(tmp_path, corpus) -> None:
     single, ddp = _fit_both(tmp_path, corpus, "tiny_tf.yaml", "train/loss", model=model)
     _assert_same(single, ddp, range(STEPS))
     assert len({round(v, 4) for v in single.values()}) == STEPS
-    flow_single, flow_ddp = _losses(tmp_path / "one", "train/flow_loss"), _losses(tmp_path / "two", "train/flow_loss")
+    flow_single, flow_ddp = logged(tmp_path / "one", "train/flow_loss"), logged(tmp_path / "two", "train/flow_loss")
     _assert_same(flow_single, flow_ddp, range(STEPS))
 
 
@@ -151,8 +90,8 @@ def test_stage3_dmd_ddp_equals_one_process(tmp_path, corpus) -> None:
     single, ddp = _fit_both(tmp_path, corpus, "tiny_dmd.yaml", "train/critic_loss", **overlay)
     _assert_same(single, ddp, range(STEPS))
     student_single, student_ddp = (
-        _losses(tmp_path / "one", "train/student_loss"),
-        _losses(tmp_path / "two", "train/student_loss"),
+        logged(tmp_path / "one", "train/student_loss"),
+        logged(tmp_path / "two", "train/student_loss"),
     )
     assert student_single  # the student did update
     _assert_same(student_single, student_ddp, range(0))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from solarwm.strategies import transformer_block_class
 from solarwm.train_cli import parse_recipe
 
 from commands import solarwm_argv
+from dist_helpers import cli_env
 from routes import RECIPES, published_recipes
 
 ROUTES = published_recipes()  # recipe prefix -> registered route
@@ -58,17 +58,12 @@ def test_fsdp_takes_steps_on_two_cpu_processes(tmp_path: Path) -> None:
     }
     path = tmp_path / "fsdp.yaml"
     path.write_text(yaml.safe_dump(overlay))
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "support"), os.environ.get("PYTHONPATH", "")]),
-    )
-    env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
     result = subprocess.run(
         [*solarwm_argv(), "fit", "--config", str(RECIPES / "tiny_bid.yaml"), "--config", str(path)],
         capture_output=True,
         text=True,
         timeout=600,
-        env=env,
+        env=cli_env(),
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "Starting with 2 processes" in result.stderr + result.stdout

@@ -79,18 +79,27 @@ def fit_overlay(root: Path, corpus: Path, devices: int, batch_size: int, steps: 
     return path
 
 
-def fit(recipe: str, overlay: Path, *extra: str) -> subprocess.CompletedProcess:
-    """``solarwm fit --config <recipe> --config <overlay> [extra]`` in a subprocess (its ranks: its children)."""
-    env = dict(
-        os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])
-    )
+def cli_env() -> dict[str, str]:
+    """The environment of a fresh ``solarwm`` launch that can import tests/support (as the spawned ranks do)."""
+    # No empty entry: it would put the working directory (the repository root) on sys.path, where the top-level
+    # kernels/ folder shadows Hugging Face's kernels package that transformers imports.
+    paths = [str(SUPPORT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(paths))
     env.pop("LOCAL_RANK", None)  # a fresh launch, not a child of this process
+    return env
+
+
+def fit(recipe: str | tuple[str, ...], overlay: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``solarwm fit --config <recipe>... --config <overlay> [extra]`` in a subprocess (its ranks: its children);
+    ``recipe``: one file of recipes/ or several, composed in order before the overlay."""
+    recipes = (recipe,) if isinstance(recipe, str) else recipe
+    configs = [a for r in recipes for a in ("--config", str(RECIPES / r))]
     result = subprocess.run(
-        [*solarwm_argv(), "fit", "--config", str(RECIPES / recipe), "--config", str(overlay), *extra],
+        [*solarwm_argv(), "fit", *configs, "--config", str(overlay), *extra],
         capture_output=True,
         text=True,
         timeout=900,
-        env=env,
+        env=cli_env(),
     )
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-6000:])
     return result
