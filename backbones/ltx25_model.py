@@ -53,7 +53,11 @@ class LTXAttentionContext:
     kv_K: torch.Tensor | None = None
     kv_freqs: tuple[torch.Tensor, torch.Tensor] | None = None
     commit: bool = False
-    sequence_tokens: int | None = None  # the full token count under sequence parallelism (set by its caller)
+    # Under sequence parallelism (set by the block hook of backbones.sequence_parallel): the full token count, and
+    # the whole-frame split's latent frames and tokens per frame (each rank's share is whole frames).
+    sequence_tokens: int | None = None
+    sequence_frames: int | None = None
+    sequence_unit: int = 1
 
 
 class ContextRotary(tuple):
@@ -162,7 +166,7 @@ class PRoPELTXAttnProcessor:
         )
         out = out.transpose(1, 2).to(query.dtype)  # [B, N, H, D]
         if sp is not None:
-            out = sp.to_tokens(out)
+            out = sp.to_tokens(out, ctx.sequence_unit)
         if gate_logits is not None:
             out = out * (2.0 * torch.sigmoid(gate_logits)).unsqueeze(-1)
         out = attn.to_out[0](out.flatten(2, 3))

@@ -2,7 +2,9 @@
 
 Each rank of a group holds a contiguous ``1/P`` of every sample's token sequence (``shard``): ``ceil(N/P)``
 tokens, so the split falls on whole latent frames when the frame count divides by ``P``; when ``N`` does not
-divide, the last rank's share is padded with zeros. Inside a self-attention processor, after the Q/K/V
+divide, the last rank's share is padded with zeros. A ``unit`` (LTX: the tokens of one latent frame) makes every
+share whole units, ``ceil(N/(P*unit))`` of them, padded with whole units, for blocks that work per frame.
+Inside a self-attention processor, after the Q/K/V
 projections (and their per-token norms), ``to_heads`` turns ``[B, N/P, H, D]`` into ``[B, N, H/P, D]`` (one
 all-to-all) and strips the padding, so everything up to the attention output (the route's RoPE, fused PRoPE
 with per-frame cameras, the KV cache, the ``[N, N]`` mask, the attention kernel) runs unchanged on the full
@@ -93,37 +95,39 @@ class SequenceParallel:
         self.size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
 
-    def local_tokens(self, num_tokens: int) -> int:
-        """Tokens each rank holds of a sequence of ``num_tokens`` (the last rank's share may be padding)."""
-        return -(-num_tokens // self.size)
+    def local_tokens(self, num_tokens: int, unit: int = 1) -> int:
+        """Tokens each rank holds of a sequence of ``num_tokens``, whole ``unit``s (the last shares may be padding)."""
+        if num_tokens % unit:
+            raise SequenceParallelError(f"a sequence of {num_tokens} tokens is not whole units of {unit}")
+        return -(-num_tokens // (self.size * unit)) * unit
 
-    def token_range(self, num_tokens: int) -> tuple[int, int]:
+    def token_range(self, num_tokens: int, unit: int = 1) -> tuple[int, int]:
         """``[start, stop)`` of this rank's real tokens in the full sequence (stop may be below start + local)."""
-        local = self.local_tokens(num_tokens)
+        local = self.local_tokens(num_tokens, unit)
         start = min(self.rank * local, num_tokens)
         return start, min(start + local, num_tokens)
 
-    def _pad(self, x: torch.Tensor, num_tokens: int, dim: int) -> torch.Tensor:
+    def _pad(self, x: torch.Tensor, num_tokens: int, dim: int, unit: int = 1) -> torch.Tensor:
         """``x`` with ``num_tokens`` tokens along ``dim``, zero-padded to ``size * local_tokens``."""
-        missing = self.size * self.local_tokens(num_tokens) - num_tokens
+        missing = self.size * self.local_tokens(num_tokens, unit) - num_tokens
         if missing == 0:
             return x
         shape = list(x.shape)
         shape[dim] = missing
         return torch.cat([x, x.new_zeros(shape)], dim=dim)
 
-    def shard(self, x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    def shard(self, x: torch.Tensor, dim: int = 1, unit: int = 1) -> torch.Tensor:
         """This rank's contiguous slice of the full sequence ``x`` along ``dim`` (padded: ``local_tokens`` long)."""
         num_tokens = x.shape[dim]
-        local = self.local_tokens(num_tokens)
-        return self._pad(x, num_tokens, dim).narrow(dim, self.rank * local, local)
+        local = self.local_tokens(num_tokens, unit)
+        return self._pad(x, num_tokens, dim, unit).narrow(dim, self.rank * local, local)
 
-    def gather(self, x: torch.Tensor, num_tokens: int, dim: int = 1) -> torch.Tensor:
+    def gather(self, x: torch.Tensor, num_tokens: int, dim: int = 1, unit: int = 1) -> torch.Tensor:
         """The full sequence of ``num_tokens`` tokens from every rank's slice ``x`` (padding stripped)."""
-        if x.shape[dim] != self.local_tokens(num_tokens):
+        if x.shape[dim] != self.local_tokens(num_tokens, unit):
             raise SequenceParallelError(
                 f"gather: a slice of {x.shape[dim]} tokens along dim {dim}, expected "
-                f"{self.local_tokens(num_tokens)} of {num_tokens} over {self.size} ranks"
+                f"{self.local_tokens(num_tokens, unit)} of {num_tokens} over {self.size} ranks"
             )
         full = _GatherTokens.apply(x, self.group, dim, self.rank)
         return full.narrow(dim, 0, num_tokens)
@@ -134,9 +138,9 @@ class SequenceParallel:
         full = all_to_all(x, self.group, scatter_dim=2, gather_dim=1)
         return full[:, :num_tokens] if full.shape[1] != num_tokens else full
 
-    def to_tokens(self, x: torch.Tensor) -> torch.Tensor:
+    def to_tokens(self, x: torch.Tensor, unit: int = 1) -> torch.Tensor:
         """``[B, N, H/P, D]`` -> ``[B, N/P, H, D]``: the inverse of ``to_heads`` (pads ``N`` as ``shard`` does)."""
-        return all_to_all(self._pad(x, x.shape[1], 1), self.group, scatter_dim=1, gather_dim=2)
+        return all_to_all(self._pad(x, x.shape[1], 1, unit), self.group, scatter_dim=1, gather_dim=2)
 
     def check_heads(self, heads: int, where: str) -> None:
         """Raise unless ``heads`` divides by the group size (each rank takes ``heads / P`` of them)."""

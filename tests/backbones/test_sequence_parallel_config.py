@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from solarwm.backbones.sequence_parallel import BLOCK_TOKEN_ARGS
+from solarwm.backbones.sequence_parallel import BLOCK_SHARDING
 from solarwm.strategies import RouteFSDPStrategy
 from solarwm.train_cli import parse_recipe
 
@@ -24,7 +24,7 @@ def test_published_recipes_state_their_sequence_parallel_size(short: str, stage:
     if strategy.sequence_parallel_size > 1:
         from solarwm.backbones.base import route_class
 
-        assert route_class(ROUTES[short]).transformer_block in BLOCK_TOKEN_ARGS  # the route can run it
+        assert route_class(ROUTES[short]).transformer_block in BLOCK_SHARDING  # the route can run it
 
 
 def test_a_bad_sequence_parallel_size_is_a_named_error() -> None:

@@ -51,6 +51,6 @@ def _worker(rank: int, world: int, route: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("route", ["wan22_ti2v_5b"])
+@pytest.mark.parametrize("route", ["wan22_ti2v_5b", "ltx25"])
 def test_rollout_under_sequence_parallel_equals_one_process(route: str) -> None:
     spawn(_worker, 2, route)

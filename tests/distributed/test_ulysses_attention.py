@@ -137,17 +137,18 @@ def test_route_processor_under_ulysses_equals_one_process(route: str) -> None:
     spawn(_processor_worker, 2, route)
 
 
-def _model_worker(rank: int, world: int, route: str) -> None:
+def _model_worker(rank: int, world: int, route: str, call_name: str) -> None:
     from solarwm.backbones.sequence_parallel import enable_sequence_parallel
 
-    from route_inputs import teacher_forcing_call, tiny_route
+    import route_inputs
 
-    adapter = tiny_route(route).double()
-    ref = teacher_forcing_call(adapter)
+    call = getattr(route_inputs, call_name)
+    adapter = route_inputs.tiny_route(route).double()
+    ref = call(adapter)
     params = [p for p in adapter.transformer.parameters()]
     ref_grads = torch.autograd.grad(ref.square().sum(), params, allow_unused=True)  # H3: the audio head is unused
     enable_sequence_parallel(adapter, SequenceParallel())
-    out = teacher_forcing_call(adapter)
+    out = call(adapter)
     torch.testing.assert_close(out, ref, **TOL)  # gathered: the full prediction on every rank
     grads = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
     for got, want in zip(grads, ref_grads):
@@ -160,10 +161,17 @@ def _model_worker(rank: int, world: int, route: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("route", ["wan22_ti2v_5b", "minimax_h3"])
+@pytest.mark.parametrize("route", ["wan22_ti2v_5b", "minimax_h3", "ltx25"])
 def test_sharded_transformer_equals_one_process(route: str) -> None:
     """The whole teacher-forcing call with its tokens split over 2 ranks: same prediction, same mean gradient."""
-    spawn(_model_worker, 2, route)
+    spawn(_model_worker, 2, route, "teacher_forcing_call")
+
+
+@pytest.mark.slow
+def test_ltx_whole_frame_split_of_an_odd_frame_count_equals_one_process() -> None:
+    """LTX's blocks work per latent frame, so its split is whole frames: 5 latent frames at 5 noise levels give
+    rank 0 three frames and rank 1 two and a padding frame; prediction and mean gradient are one process's."""
+    spawn(_model_worker, 2, "ltx25", "plain_call")
 
 
 def _heads_worker(rank: int, world: int) -> None:

@@ -49,3 +49,17 @@ def teacher_forcing_call(adapter: torch.nn.Module) -> torch.Tensor:
     sigma = torch.rand(x0.shape[0], generator=g, dtype=torch.float64).to(x0.dtype)
     x_t, sigma_pf = adapter.noisy_input(x0, noise, sigma)
     return adapter.forward_teacher_forcing(x0, x_t, sigma_pf, cond)
+
+
+def plain_call(adapter: torch.nn.Module) -> torch.Tensor:
+    """One uncached forward on the clip's odd number of latent frames, a different noise level per frame (so a
+    route that groups frames by timestep, as LTX's cross-attention does, makes several groups)."""
+    batch = clip_batch(adapter)
+    dtype = next(adapter.transformer.parameters()).dtype
+    x0 = adapter.encode(batch["video"].to(dtype))
+    cond = adapter.prepare_conditions(batch)
+    g = torch.Generator().manual_seed(2)
+    noise = torch.randn(x0.shape, generator=g, dtype=x0.dtype)
+    sigma = torch.rand(x0.shape[0], x0.shape[2], generator=g, dtype=torch.float64).to(x0.dtype)
+    x_t = x0 + (noise - x0) * sigma[:, None, :, None, None]
+    return adapter(x_t, sigma, cond)
