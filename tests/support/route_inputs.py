@@ -38,14 +38,18 @@ def clip_batch(adapter: torch.nn.Module, seed: int = 0) -> dict:
     }
 
 
-def teacher_forcing_call(adapter: torch.nn.Module) -> torch.Tensor:
-    """One teacher-forcing forward (the ``[clean | noisy]`` layout under its block-causal mask)."""
+def _clean_and_noise(adapter: torch.nn.Module, seed: int) -> tuple[torch.Tensor, dict, torch.Tensor, torch.Generator]:
+    """The clip's latents ``x0``, its conditions, seeded noise like ``x0`` and the generator that drew it."""
     batch = clip_batch(adapter)
     dtype = next(adapter.transformer.parameters()).dtype
     x0 = adapter.encode(batch["video"].to(dtype))
-    cond = adapter.prepare_conditions(batch)
-    g = torch.Generator().manual_seed(1)
-    noise = torch.randn(x0.shape, generator=g, dtype=x0.dtype)
+    g = torch.Generator().manual_seed(seed)
+    return x0, adapter.prepare_conditions(batch), torch.randn(x0.shape, generator=g, dtype=x0.dtype), g
+
+
+def teacher_forcing_call(adapter: torch.nn.Module) -> torch.Tensor:
+    """One teacher-forcing forward (the ``[clean | noisy]`` layout under its block-causal mask)."""
+    x0, cond, noise, g = _clean_and_noise(adapter, seed=1)
     sigma = torch.rand(x0.shape[0], generator=g, dtype=torch.float64).to(x0.dtype)
     x_t, sigma_pf = adapter.noisy_input(x0, noise, sigma)
     return adapter.forward_teacher_forcing(x0, x_t, sigma_pf, cond)
@@ -54,12 +58,7 @@ def teacher_forcing_call(adapter: torch.nn.Module) -> torch.Tensor:
 def plain_call(adapter: torch.nn.Module) -> torch.Tensor:
     """One uncached forward on the clip's odd number of latent frames, a different noise level per frame (so a
     route that groups frames by timestep, as LTX's cross-attention does, makes several groups)."""
-    batch = clip_batch(adapter)
-    dtype = next(adapter.transformer.parameters()).dtype
-    x0 = adapter.encode(batch["video"].to(dtype))
-    cond = adapter.prepare_conditions(batch)
-    g = torch.Generator().manual_seed(2)
-    noise = torch.randn(x0.shape, generator=g, dtype=x0.dtype)
+    x0, cond, noise, g = _clean_and_noise(adapter, seed=2)
     sigma = torch.rand(x0.shape[0], x0.shape[2], generator=g, dtype=torch.float64).to(x0.dtype)
     x_t = x0 + (noise - x0) * sigma[:, None, :, None, None]
     return adapter(x_t, sigma, cond)
