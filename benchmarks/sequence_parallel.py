@@ -2,6 +2,7 @@
 
     python benchmarks/sequence_parallel.py              # CUDA (nccl): P in {1, 2, 4, 8} up to the GPUs present
     python benchmarks/sequence_parallel.py --dry-run    # CPU (gloo): P in {1, 2}, tiny Wan2.2-5B, 2 processes
+    python benchmarks/sequence_parallel.py --dry-run --route ltx25   # the same for tiny LTX-2.5 (whole-frame split)
     python benchmarks/device.py --sequence-parallel     # the same, inside device.py's figures
 
 For each P, P processes split every token of the sample (``solarwm.backbones.sequence_parallel``) and take
@@ -52,11 +53,15 @@ class SavedBytes:
         return sum(self.storages.values()) / 2**20
 
 
-def _worker(rank: int, world: int, init: str, dry_run: bool, steps: int, out: str) -> None:
+#: Routes it measures; on a GPU only Wan2.2-5B (the others' published sizes need FSDP, which this does not shard).
+ROUTES = ("wan22_ti2v_5b", "ltx25")
+
+
+def _worker(rank: int, world: int, init: str, dry_run: bool, steps: int, out: str, route: str) -> None:
     from train_step import make_batch
 
+    from solarwm.backbones.base import route_class
     from solarwm.backbones.sequence_parallel import enable_sequence_parallel
-    from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
     from solarwm.kernels.ulysses import SequenceParallel
     from solarwm.stages.bidirectional import BidirectionalModule
 
@@ -69,9 +74,11 @@ def _worker(rank: int, world: int, init: str, dry_run: bool, steps: int, out: st
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     shape = SHAPES["dry_run" if dry_run else "published"]
     torch.manual_seed(0)
-    published = dataclasses.replace(Wan22TI2V5BConfig.published(), text_encoder="hashing")
-    config = Wan22TI2V5BConfig.tiny() if dry_run else published
-    adapter = Wan22TI2V5BAdapter(config=config, device=str(device)).to(device)
+    adapter_class = route_class(route)
+    config = adapter_class.config_class.tiny()
+    if not dry_run:
+        config = dataclasses.replace(adapter_class.config_class.published(), text_encoder="hashing")
+    adapter = adapter_class(config=config, device=str(device)).to(device)
     if shape["checkpointing"]:
         adapter.transformer.enable_gradient_checkpointing()
     if world > 1:
@@ -116,10 +123,11 @@ def _worker(rank: int, world: int, init: str, dry_run: bool, steps: int, out: st
     dist.destroy_process_group()
 
 
-def measure(size: int, dry_run: bool, steps: int) -> dict[str, Any]:
+def measure(size: int, dry_run: bool, steps: int, route: str = "wan22_ti2v_5b") -> dict[str, Any]:
     """One stage-1 step on ``size`` processes sharing the sample's tokens: per-rank figures and their worst."""
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(size, os.path.join(tmp, "init"), dry_run, steps, tmp), nprocs=size, join=True)
+        args = (size, os.path.join(tmp, "init"), dry_run, steps, tmp, route)
+        mp.spawn(_worker, args=args, nprocs=size, join=True)
         rows = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(size)]
     memory_key = "saved_activations_mib" if dry_run else "peak_memory_mib"
     return {
@@ -131,14 +139,16 @@ def measure(size: int, dry_run: bool, steps: int) -> dict[str, Any]:
     }
 
 
-def run(dry_run: bool, steps: int = 3, sizes: list[int] | None = None) -> dict[str, Any]:
+def run(dry_run: bool, steps: int = 3, sizes: list[int] | None = None, route: str = "wan22_ti2v_5b") -> dict[str, Any]:
     """Figures for each P in ``sizes`` (default: {1, 2} on the CPU; {1, 2, 4, 8} up to the GPUs present)."""
+    if route not in ROUTES or (route != "wan22_ti2v_5b" and not dry_run):
+        raise SystemExit(f"--route {route}: measured here with --dry-run only, or wan22_ti2v_5b on a GPU")
     if sizes is None:
         available = 2 if dry_run else torch.cuda.device_count()
         sizes = [p for p in (1, 2, 4, 8) if p <= available]
     shape = SHAPES["dry_run" if dry_run else "published"]
-    return {"device": "cpu (gloo)" if dry_run else torch.cuda.get_device_name(0), "shape": shape, "global_batch": 1,
-            "by_P": [measure(p, dry_run, steps) for p in sizes]}
+    return {"device": "cpu (gloo)" if dry_run else torch.cuda.get_device_name(0), "route": route, "shape": shape,
+            "global_batch": 1, "by_P": [measure(p, dry_run, steps, route) for p in sizes]}
 
 
 def main() -> None:
@@ -146,10 +156,11 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU processes (gloo)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per P (after one warm-up)")
     parser.add_argument("--sizes", type=int, nargs="*", default=None, help="sequence-parallel sizes to measure")
+    parser.add_argument("--route", default="wan22_ti2v_5b", choices=ROUTES)
     args = parser.parse_args()
     if not args.dry_run and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --dry-run on the CPU")
-    print(json.dumps(run(args.dry_run, args.steps, args.sizes), indent=1))
+    print(json.dumps(run(args.dry_run, args.steps, args.sizes, args.route), indent=1))
 
 
 if __name__ == "__main__":
