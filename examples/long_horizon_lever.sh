@@ -2,22 +2,31 @@
 # The "stage 2 past the window" lever of the long-horizon measures: stage 2 teacher-forced on 81-frame clips
 # (recipes/tiny_tf_long.yaml), stage 3 from it on the tiny chain's 17-frame clips (recipes/tiny_dmd.yaml, the
 # shipped base as teacher), then the three long-horizon figures of docs/results/2026-12-long-horizon.md for it:
-#   bash examples/long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS]
-# OUT/truth and OUT/test_multiview cache the rendered truths (reused across runs). About 1.5 hours on 2 CPU cores.
+#   bash examples/long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES]
+# FRAMES (default 81) is stage 2's window; 17 is the control: the same worlds and chain in 17-frame windows, batch 4
+# (the tokens per step of one 81-frame window). OUT/truth and OUT/test_multiview cache the rendered truths (reused
+# across runs). About 1.5 hours on 2 CPU cores.
 set -euo pipefail
-out=${1:?usage: long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS]}
+out=${1:?usage: long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES]}
 tf_steps=${2:-1200}
 dmd_steps=${3:-240}
+frames=${4:-81}
+if [ "$frames" = 81 ]; then
+  tag=long extra=()
+else
+  tag=f$frames extra=(--data.init_args.num_frames "$frames" --data.init_args.batch_size 4)
+fi
 mkdir -p "$out"
-solarwm fit --config recipes/tiny_tf_long.yaml --root "$out" --trainer.max_steps "$tf_steps"
+solarwm fit --config recipes/tiny_tf_long.yaml --root "$out" --trainer.max_steps "$tf_steps" \
+  --trainer.default_root_dir "$out/stage2_$tag" "${extra[@]}"
 solarwm fit --config recipes/tiny_dmd.yaml --root "$out" --trainer.max_steps "$dmd_steps" \
-  --trainer.default_root_dir "$out/stage3_after_long" \
-  --model.init_args.init_from.generator "$out/stage2_long/adapter" \
+  --trainer.default_root_dir "$out/stage3_after_$tag" \
+  --model.init_args.init_from.generator "$out/stage2_$tag/adapter" \
   --model.init_args.init_from.score recipes/weights/tiny_base4
-student="$out/stage3_after_long/adapter"
+student="$out/stage3_after_$tag/adapter"
 python benchmarks/long_horizon.py "$student" --worlds 12 --cache "$out/truth" \
-  --strip "$out/long_horizon_strip.png" --json "$out/long_horizon.json"
-python benchmarks/camera_top1.py "$student" --dir "$out/test_multiview" --json "$out/camera_top1.json"
+  --strip "$out/long_horizon_strip_$tag.png" --json "$out/long_horizon_$tag.json"
+python benchmarks/camera_top1.py "$student" --dir "$out/test_multiview" --json "$out/camera_top1_$tag.json"
 solarwm test --config recipes/tiny_dmd.yaml --root "$out" --model.init_args.init_from.generator "$student" \
   --model.init_args.init_from.score recipes/weights/tiny_base4 --data.init_args.test_multiview_dir null \
   --data.init_args.test_multiview null --trainer.logger false --trainer.enable_progress_bar false
