@@ -45,10 +45,12 @@ _PLACEHOLDER = re.compile(r"(^|/)(X|N|FILE|DIR|OUT|NAME|PATH|STAGE|CLIP|ROUTE)(\
 
 
 def _walk(*patterns: str) -> list[Path]:
-    """Repository files whose name matches one of ``patterns`` (suffixes), outside SKIP_DIRS and *.egg-info."""
+    """Repository files whose name matches one of ``patterns`` (suffixes), outside SKIP_DIRS, *.egg-info and any
+    virtual environment (a folder with a ``pyvenv.cfg``, whatever its name)."""
     out = []
     for d, dirs, files in os.walk(ROOT):
-        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.endswith(".egg-info"))
+        dirs[:] = sorted(x for x in dirs if x not in SKIP_DIRS and not x.endswith(".egg-info")
+                         and not (Path(d) / x / "pyvenv.cfg").is_file())
         out += [Path(d) / f for f in sorted(files) if f.endswith(patterns)]
     return out
 
