@@ -58,6 +58,7 @@ class LTXAttentionContext:
     sequence_tokens: int | None = None
     sequence_frames: int | None = None
     sequence_unit: int = 1
+    local_frame_groups: list[list[torch.Tensor]] | None = None  # this rank's frame groups
 
 
 class ContextRotary(tuple):

@@ -129,6 +129,9 @@ def enable_sequence_parallel(adapter: BackboneAdapter, sp: SequenceParallel) -> 
                 name, dim = next(iter(spec.frame_args.items()))
                 context.sequence_frames = int(bound.arguments[name].shape[dim])
                 context.sequence_unit = context.sequence_tokens // context.sequence_frames
+            if spec.frame_groups_arg is not None:  # the same for every block of the call: renumbered once
+                groups = bound.arguments[spec.frame_groups_arg]
+                context.local_frame_groups = local_frame_groups(groups, sp, context.sequence_frames)
         tokens, unit = context.sequence_tokens, getattr(context, "sequence_unit", 1)
         for name, dim in spec.token_args.items():
             value = bound.arguments.get(name)
@@ -140,8 +143,7 @@ def enable_sequence_parallel(adapter: BackboneAdapter, sp: SequenceParallel) -> 
             if isinstance(value, torch.Tensor):
                 bound.arguments[name] = sp.shard(value, dim)
         if spec.frame_groups_arg is not None:
-            groups = bound.arguments[spec.frame_groups_arg]
-            bound.arguments[spec.frame_groups_arg] = local_frame_groups(groups, sp, context.sequence_frames)
+            bound.arguments[spec.frame_groups_arg] = context.local_frame_groups
         return bound.args[1:], bound.kwargs
 
     def gather_output(module: torch.nn.Module, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
