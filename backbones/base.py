@@ -142,6 +142,8 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
     frames_per_block: int = 3
     #: Blocks a causal query attends to: its own plus ``window_blocks - 1`` history blocks (no sink).
     window_blocks: int = 6
+    #: Noise level of the history a rollout commits (the block's x0 re-noised to it; stage 2's context noise).
+    commit_sigma: float = 0.0
     #: AnyFlow gate of the r-embedding when the flow map is enabled (``enable_flow_map``), else None.
     flow_map_gate: float | None = None
     #: Attributes holding the frozen parts, in ``frozen_parts`` order (an attribute that is None is skipped).
@@ -435,20 +437,27 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
         sigma_per_frame: torch.Tensor,
         cond: dict[str, Any],
         r_per_frame: torch.Tensor | None = None,
+        sigma_clean: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Teacher-forced causal prediction ``[B, C, f, h, w]`` for the noisy copy.
 
         One call over the layout ``[clean | noisy]`` (clean at sigma 0 and r = t = 0; both copies share
         temporal positions, cameras and per-frame conditions) under the teacher-forcing mask: noisy block i
         sees clean blocks ``[i - window_blocks + 1, i)`` and itself.
+        ``sigma_clean [B, f]``: the history copy's own noise levels when it is noised (context noise; r = t
+        there too); None = sigma 0.
         """
         self._check_teacher_forcing(x_clean, x_noisy, sigma_per_frame, cond)
         self._check_flow_map(r_per_frame)
         f = x_noisy.shape[2]
         context = self.teacher_forcing_context(x_noisy, cond)
-        zeros = torch.zeros_like(sigma_per_frame)
-        sigma_full = torch.cat([zeros, sigma_per_frame], 1)
-        r_full = None if r_per_frame is None else torch.cat([zeros, r_per_frame], 1)  # AnyFlow: r_clean = t_clean
+        history = torch.zeros_like(sigma_per_frame) if sigma_clean is None else sigma_clean.to(sigma_per_frame)
+        if history.shape != sigma_per_frame.shape:
+            raise AdapterError(
+                f"{self.route}: sigma_clean {tuple(history.shape)} must match sigma {tuple(sigma_per_frame.shape)}"
+            )
+        sigma_full = torch.cat([history, sigma_per_frame], 1)
+        r_full = None if r_per_frame is None else torch.cat([history, r_per_frame], 1)  # AnyFlow: r_clean = t_clean
         out = self.run_transformer(torch.cat([x_clean, x_noisy], 2), sigma_full, r_full, cond, context, copies=2)
         return self.native_output(out[:, :, f:], x_noisy, sigma_per_frame)
 

@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--draw", type=int, default=0, help="0: solarwm test's rollout seeds; others: other noise")
     parser.add_argument("--window_blocks", type=int, default=None)
+    parser.add_argument("--commit_sigma", type=float, default=None, help="noise level of the committed history")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)  # two threads spin-wait on a shared, loaded CPU
@@ -46,6 +47,8 @@ def main() -> None:
     adapter = load_adapter(args.adapter).eval()
     if args.window_blocks is not None:
         adapter.window_blocks = args.window_blocks
+    if args.commit_sigma is not None:
+        adapter.commit_sigma = args.commit_sigma
     spec = SynthCorpus(clips=args.worlds * args.views, frames=17, width=96, height=64, fps=8.0, seed=args.seed,
                        motion="mixed", views=args.views)
     dm = WorldDataModule(corpus_dir=args.dir, synth=spec, test_multiview_dir=args.dir, test_multiview=spec,

@@ -2,22 +2,26 @@
 # The "stage 2 past the window" lever of the long-horizon measures: stage 2 teacher-forced on 81-frame clips
 # (recipes/tiny_tf_long.yaml), stage 3 from it on the tiny chain's 17-frame clips (recipes/tiny_dmd.yaml, the
 # shipped base as teacher), then the three long-horizon figures of docs/results/2026-12-long-horizon.md for it:
-#   bash examples/long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES]
+#   bash examples/long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES] [TF_RECIPE]
 # FRAMES (default 81) is stage 2's window; 17 is the control: the same worlds and chain in 17-frame windows, batch 4
-# (the tokens per step of one 81-frame window). OUT/truth and OUT/test_multiview cache the rendered truths (reused
-# across runs). About 1.5 hours on 2 CPU cores.
+# (the tokens per step of one 81-frame window). TF_RECIPE (default recipes/tiny_tf_long.yaml) is stage 2's recipe,
+# e.g. recipes/tiny_tf_long_context_noise.yaml; its name tags the outputs. OUT/truth and OUT/test_multiview cache
+# the rendered truths (reused across runs). About 1.5 hours on 2 CPU cores.
 set -euo pipefail
-out=${1:?usage: long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES]}
+out=${1:?usage: long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES] [TF_RECIPE]}
 tf_steps=${2:-1200}
 dmd_steps=${3:-240}
 frames=${4:-81}
+recipe=${5:-recipes/tiny_tf_long.yaml}
+variant=$(basename "$recipe" .yaml)
+variant=${variant#tiny_tf_long}  # "" for the plain lever, "_context_noise" for recipes/tiny_tf_long_context_noise.yaml
 if [ "$frames" = 81 ]; then
-  tag=long extra=()
+  tag=long$variant extra=()
 else
-  tag=f$frames extra=(--data.init_args.num_frames "$frames" --data.init_args.batch_size 4)
+  tag=f$frames$variant extra=(--data.init_args.num_frames "$frames" --data.init_args.batch_size 4)
 fi
 mkdir -p "$out"
-solarwm fit --config recipes/tiny_tf_long.yaml --root "$out" --trainer.max_steps "$tf_steps" \
+solarwm fit --config "$recipe" --root "$out" --trainer.max_steps "$tf_steps" \
   --trainer.default_root_dir "$out/stage2_$tag" "${extra[@]}"
 solarwm fit --config recipes/tiny_dmd.yaml --root "$out" --trainer.max_steps "$dmd_steps" \
   --trainer.default_root_dir "$out/stage3_after_$tag" \

@@ -10,8 +10,9 @@ its window of cached history. Two solvers:
   deterministic; needs the adapter's flow map (``enable_flow_map``).
 
 The finished x0 is then committed to the cache by one more forward at sigma 0, so the next block
-reads clean history. ``exit_step`` stops a block early and commits that step's x0 (DMD's
-rollout-and-replay draws one exit step for all blocks). The TI2V anchor (the encoded first frame)
+reads clean history (or re-noised to ``adapter.commit_sigma`` and told so: for a model trained with
+context noise). ``exit_step`` stops a block early and commits that step's x0 (DMD's rollout-and-replay
+draws one exit step for all blocks). The TI2V anchor (the encoded first frame)
 stays clean at sigma 0 in the first block.
 Per-latent-frame conditions (the cameras; the I2V route's image condition ``y``) are sliced per
 block by ``block_conditions`` (a training clip), or come block by block from an open-ended
@@ -31,7 +32,7 @@ from typing import Any, Iterator, Literal
 import torch
 
 from solarwm.backbones.base import BackboneAdapter
-from solarwm.objectives.flow_matching import shift_sigmas
+from solarwm.objectives.flow_matching import flow_interpolate, shift_sigmas
 from solarwm.objectives.rng import RandomSource, randn
 
 Solver = Literal["renoise", "flowmap"]
@@ -157,7 +158,14 @@ class Rollout:
             x[:, :, :clean] = anchor[:, :, :clean]
         if self.solver == "flowmap":
             x0 = x
-        adapter(x0, torch.zeros(b, n, device=device), block_cond, kv_cache=cache, commit=True)
+        history, sigma_pf = x0, torch.zeros(b, n, device=device)
+        if adapter.commit_sigma > 0:  # drawn last, so a rollout without it draws as before
+            sigma = adapter.commit_sigma
+            history = flow_interpolate(x0, randn(x0.shape, generator, device), torch.tensor(sigma, dtype=x0.dtype))
+            history[:, :, :clean] = anchor[:, :, :clean]
+            sigma_pf = torch.full((b, n), sigma, device=device)
+            sigma_pf[:, :clean] = 0.0
+        adapter(history, sigma_pf, block_cond, kv_cache=cache, commit=True)
         return BlockResult(x0=x0, noisy=noisy, sigma=float(sigmas[exit_step]), frames=frames)
 
     @torch.no_grad()

@@ -28,7 +28,7 @@ from solarwm.objectives.flow_map import (
     pair_kinds,
     sample_time_pairs,
 )
-from solarwm.objectives.rng import RandomSource, randn
+from solarwm.objectives.rng import RandomSource, rand, randn
 from solarwm.stages.base import StageModule, WarmupConstantLR, default_optimizer
 from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
 
@@ -49,6 +49,9 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         timestep_weighting: multiply by the Gaussian timestep weight.
         rescale: adaptive rescaling of non-diffusion samples.
         sample_steps: steps per block of ``generate`` (the flow-map few-step sampler).
+        context_noise: largest noise level on the clean history copy (GameNGen's context noise): each
+            sample's history is noised to its own sigma, uniform in ``[0, context_noise]`` (not shifted),
+            and the model is told it; the TI2V anchor stays clean. 0 = off (the exact history).
     """
 
     stage_name = "tf_anyflow"
@@ -71,11 +74,14 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         lr_scheduler: LRSchedulerCallable | None = WarmupConstantLR,
         val_seed: int = 1234,
         sample_steps: int = 4,
+        context_noise: float = 0.0,
     ) -> None:
         super().__init__(adapter, optimizer, lr_scheduler)
         self.save_hyperparameters(ignore=["adapter", "optimizer", "lr_scheduler"])
         if guidance_scale <= 0:
             raise ValueError(f"TFAnyFlowModule: guidance_scale must be > 0, got {guidance_scale}")
+        if not 0.0 <= context_noise <= 1.0:
+            raise ValueError(f"TFAnyFlowModule: context_noise must be in [0, 1], got {context_noise}")
         if init_from is not None:
             load_init(
                 adapter, init_from, ("bidirectional",), init_from_command, use_ema_init, ignore=("delta_embedding",)
@@ -85,6 +91,7 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         self.diffusion_ratio, self.consistency_ratio = diffusion_ratio, consistency_ratio
         self.fd_eps, self.timestep_weighting, self.rescale = fd_eps, timestep_weighting, rescale
         self.val_seed, self.sample_steps = val_seed, sample_steps
+        self.context_noise = context_noise
         self.solver = "flowmap"
 
     # ------------------------------------------------------------------ objective
@@ -116,9 +123,10 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         x_t, t_pf = adapter.noisy_input(x0, noise, sigma_t)
         r_pf = per_frame(adapter, sigma_r, f)
         target = adapter.target(x0, noise)
+        history, sigma_h = self.noised_history(x0, rng)
 
         def tf(z: torch.Tensor, s_pf: torch.Tensor, r: torch.Tensor, c: dict[str, Any] = cond) -> torch.Tensor:
-            return adapter.forward_teacher_forcing(x0, z, s_pf, c, r_per_frame=r)
+            return adapter.forward_teacher_forcing(history, z, s_pf, c, r_per_frame=r, sigma_clean=sigma_h)
 
         g = self.guidance_scale
         if g != 1.0:
@@ -149,6 +157,17 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         flow_loss = diffusion_mean if torch.isfinite(diffusion_mean) else raw.mean()
         stats = {"flow_loss": flow_loss, "sigma_mean": sigma_t.mean()}
         return per_sample.mean(), stats
+
+    def noised_history(self, x0: torch.Tensor, rng: RandomSource) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The teacher-forcing history copy ``[B, C, f, h, w]`` and its per-frame sigmas (None: exact, sigma 0).
+
+        With ``context_noise`` the draws come after every other draw of the step, from the same per-sample
+        streams, so a run without it draws exactly as before.
+        """
+        if self.context_noise == 0.0:
+            return x0, None
+        sigma = rand((x0.shape[0],), rng, "cpu", dtype=torch.float64).float() * self.context_noise
+        return self.adapter.noisy_input(x0, randn(x0.shape, rng, x0.device), sigma.to(x0.device))
 
     def _global_diffusion_mean(self, losses: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
         """Mean of the diffusion samples' losses over the global batch (summed over ranks; NaN when there are none).

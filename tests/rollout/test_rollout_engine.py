@@ -89,3 +89,33 @@ def test_exit_step_commits_that_steps_x0_and_the_cache_stays_bounded(adapter):
     assert sizes[5:] == [sizes[5]] * len(sizes[5:])  # memory stops growing once the window is full
     with pytest.raises(ValueError, match="flowmap"):
         Rollout(adapter, solver="flowmap")
+
+
+def test_commit_sigma_commits_the_history_renoised_and_told_and_keeps_the_anchor(adapter, monkeypatch):
+    """With ``commit_sigma`` each block's x0 goes into the cache re-noised to that sigma (the anchor clean), drawn
+    after the block's own draws: the first block is unchanged, later blocks read the noised history."""
+    rollout = Rollout(adapter, num_steps=2)
+    cond = _conditions(rollout, 25)  # 7 latent frames: blocks of 3, 3, 1
+    commits = []
+    forward = type(adapter).forward
+
+    def spy(self, x_t, sigma_per_frame, block_cond, **kwargs):  # noqa: ANN001, ANN202
+        if kwargs.get("commit"):
+            commits.append((x_t.clone(), sigma_per_frame.clone()))
+        return forward(self, x_t, sigma_per_frame, block_cond, **kwargs)
+
+    monkeypatch.setattr(type(adapter), "forward", spy)
+
+    def run() -> list:
+        return list(rollout.latent_blocks(cond, torch.Generator().manual_seed(0)))
+
+    exact = run()
+    exact_commits, commits[:] = list(commits), []
+    assert all(torch.equal(x, b.x0) and (s == 0).all() for (x, s), b in zip(exact_commits, exact))
+    monkeypatch.setattr(adapter, "commit_sigma", 0.2)
+    noised = run()
+    assert torch.equal(noised[0].x0, exact[0].x0) and not torch.equal(noised[1].x0, exact[1].x0)
+    (x, s), block = commits[0], noised[0]
+    assert (s[:, :1] == 0).all() and (s[:, 1:] == 0.2).all()  # the anchor frame stays clean, at sigma 0
+    assert torch.equal(x[:, :, :1], block.x0[:, :, :1]) and (x[:, :, 1:] != block.x0[:, :, 1:]).all()
+    assert all((s == 0.2).all() for _, s in commits[1:])
