@@ -94,6 +94,7 @@ class CacheWindow:
     K: torch.Tensor  #: [B, W, 4] pixels
     frames: int  #: latent frames of the query block (the window's tail)
     first_evicted: bool  #: the clip's first latent frame has left the window
+    sink: int = 0  #: leading frames held apart as the attention sink (the frames after them were evicted)
 
     @property
     def width(self) -> int:
@@ -104,6 +105,14 @@ class CacheWindow:
     def start(self) -> int:
         """Window index of the query block's first frame."""
         return self.width - self.frames
+
+    def positions(self, frames_per_block: int) -> torch.Tensor:
+        """Temporal positions ``[W]``: ``0..W-1``; with a sink apart, the sink at ``0..s-1`` and the rest from
+        ``frames_per_block`` on, where teacher forcing over ``window_blocks + 1`` blocks puts them for its last
+        block (block 0 just left the window, its first ``s`` frames kept)."""
+        positions = torch.arange(self.width)
+        positions[self.sink :] += frames_per_block - self.sink if self.sink else 0
+        return positions
 
 
 class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
@@ -142,6 +151,10 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
     frames_per_block: int = 3
     #: Blocks a causal query attends to: its own plus ``window_blocks - 1`` history blocks (no sink).
     window_blocks: int = 6
+    #: The clip's first latent frames every causal block also attends to (the attention sink; ``set_sink``).
+    sink_frames: int = 0
+    #: Whether the route's cached attention reads a sink apart from the window (``CacheWindow.positions``).
+    supports_sink: ClassVar[bool] = False
     #: Noise level of the history a rollout commits (the block's x0 re-noised to it; stage 2's context noise).
     commit_sigma: float = 0.0
     #: AnyFlow gate of the r-embedding when the flow map is enabled (``enable_flow_map``), else None.
@@ -511,7 +524,8 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
         device = cond["c2w"].device
         c2w = cond["c2w"] if cache.c2w is None else torch.cat([cache.c2w.to(device), cond["c2w"]], 1)
         K = cond["K"] if cache.K is None else torch.cat([cache.K.to(device), cond["K"]], 1)
-        return CacheWindow(c2w, K, frames, cache.committed_frames > cache.frames)
+        sink = cache.held_sink if cache.evicted else 0
+        return CacheWindow(c2w, K, frames, cache.evicted and cache.held_sink == 0, sink)
 
     def teacher_forcing_mask(self, x_noisy: torch.Tensor) -> torch.Tensor:
         """Dense token mask of ``[clean | noisy]`` for ``x_noisy [B, C, f, h, w]`` (``kernels.masks``)."""
@@ -523,7 +537,16 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
             self.frames_per_block,
             device=x_noisy.device,
             max_prior_blocks=self.window_blocks - 1,
+            sink_frames=self.sink_frames,
         )
+
+    def set_sink(self, frames: int) -> None:
+        """Keep the clip's first ``frames`` latent frames (at most one block; 0 = none) in every causal window."""
+        if not 0 <= frames <= self.frames_per_block:
+            raise AdapterError(f"{self.route}: sink_frames must be in [0, {self.frames_per_block}], got {frames}")
+        if frames and not self.supports_sink:
+            raise AdapterError(f"{self.route}: this route's cached attention has no attention sink (sink_frames)")
+        self.sink_frames = frames
 
     def _check_input(self, x_t: torch.Tensor, sigma_per_frame: torch.Tensor, cond: dict[str, Any]) -> None:
         """Check ``x_t [B, C, f, h, w]``, ``sigma_per_frame [B, f]`` and that every per-frame condition covers them."""
@@ -587,6 +610,7 @@ class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):
             num_layers=self.num_layers,
             max_frames=(self.window_blocks - 1) * self.frames_per_block,
             tokens_per_frame=self.tokens_per_frame(latent_height, latent_width),
+            sink_frames=self.sink_frames,
         )
 
     @property

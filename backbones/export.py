@@ -103,6 +103,7 @@ def read_adapter_json(directory: str | Path) -> dict[str, Any]:
         ("stage", str, True),
         ("lora", dict, True),
         ("flow_map_gate", (int, float), True),
+        ("sink_frames", int, True),
     ):
         value = meta.get(key)
         if (value is None and optional) or (isinstance(value, kinds) and not isinstance(value, bool)):
@@ -181,6 +182,8 @@ def write_export(adapter: Any, directory: str | Path, stage: str | None, merge_l
                 delta = {k: v.detach().cpu().contiguous() for k, v in adapter.delta_embedding.state_dict().items()}
             save_file(delta, str(tmp / "flow_map.safetensors"))
             meta["flow_map_gate"] = adapter.flow_map_gate
+        if adapter.sink_frames:
+            meta["sink_frames"] = adapter.sink_frames
         (tmp / "adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         old = None
         if directory.exists():
@@ -231,4 +234,5 @@ def read_export(cls: type, directory: str | Path, **kwargs: Any) -> Any:
             raise AdapterError(f"{delta_path} missing: adapter.json names a flow map (flow_map_gate)")
         adapter.enable_flow_map(meta["flow_map_gate"])
         adapter.delta_embedding.load_state_dict(_load_tensors(delta_path))
+    adapter.set_sink(meta.get("sink_frames") or 0)
     return adapter

@@ -136,6 +136,7 @@ class WanAdapterBase(BackboneAdapter):
     vae_spatial_compression: ClassVar[int] = 16
     timestep_scale = 1000.0
     patch_size = 2
+    supports_sink = True
 
     # ------------------------------------------------------------------ building
     def install_processors(self) -> None:
@@ -246,20 +247,22 @@ class WanAdapterBase(BackboneAdapter):
     def cached_attention_context(
         self, x_t: torch.Tensor, cond: dict[str, Any], window: CacheWindow, cache: KVCache, commit: bool
     ) -> AttentionContext:
-        """Window = cached frames then the query block, at positions 0..W-1, cameras relative to the query block."""
-        start, width = window.start, window.width
+        """Window = cached frames then the query block, at positions 0..W-1 (a sink apart: ``CacheWindow.positions``),
+        cameras relative to the query block."""
+        start = window.start
         viewmats = self.window_viewmats(window.c2w, start)
         K = self.prope_K(window.K, cond["image_size"])
+        kv_positions = window.positions(self.frames_per_block)
         return AttentionContext(
             viewmats[:, start:],
             K[:, start:],
             tuple(cond["image_size"]),
-            positions=torch.arange(start, width),
+            positions=kv_positions[start:],
             cache=cache,
             commit=commit,
             kv_viewmats=viewmats,
             kv_K=K,
-            kv_positions=torch.arange(width),
+            kv_positions=kv_positions,
         )
 
     def teacher_forcing_context(self, x_noisy: torch.Tensor, cond: dict[str, Any]) -> AttentionContext:

@@ -5,7 +5,7 @@
 #   bash examples/long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES] [TF_RECIPE]
 # FRAMES (default 81) is stage 2's window; 17 is the control: the same worlds and chain in 17-frame windows, batch 4
 # (the tokens per step of one 81-frame window). TF_RECIPE (default recipes/tiny_tf_long.yaml) is stage 2's recipe,
-# e.g. recipes/tiny_tf_long_context_noise.yaml; its name tags the outputs. OUT/truth and OUT/test_multiview cache
+# e.g. recipes/tiny_tf_long_context_noise.yaml or tiny_tf_long_sink.yaml; its name tags the outputs. OUT/truth and OUT/test_multiview cache
 # the rendered truths (reused across runs). About 1.5 hours on 2 CPU cores.
 set -euo pipefail
 out=${1:?usage: long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES] [TF_RECIPE]}
@@ -23,8 +23,11 @@ fi
 mkdir -p "$out"
 solarwm fit --config "$recipe" --root "$out" --trainer.max_steps "$tf_steps" \
   --trainer.default_root_dir "$out/stage2_$tag" "${extra[@]}"
+# Stage 3 keeps the attention sink stage 2 trained with (adapter.json's sink_frames).
+sink=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("sink_frames") or 0)' \
+  "$out/stage2_$tag/adapter/adapter.json")
 solarwm fit --config recipes/tiny_dmd.yaml --root "$out" --trainer.max_steps "$dmd_steps" \
-  --trainer.default_root_dir "$out/stage3_after_$tag" \
+  --trainer.default_root_dir "$out/stage3_after_$tag" --model.init_args.sink_frames "$sink" \
   --model.init_args.init_from.generator "$out/stage2_$tag/adapter" \
   --model.init_args.init_from.score recipes/weights/tiny_base4
 student="$out/stage3_after_$tag/adapter"
@@ -32,5 +35,6 @@ python benchmarks/long_horizon.py "$student" --worlds 12 --cache "$out/truth" \
   --strip "$out/long_horizon_strip_$tag.png" --json "$out/long_horizon_$tag.json"
 python benchmarks/camera_top1.py "$student" --dir "$out/test_multiview" --json "$out/camera_top1_$tag.json"
 solarwm test --config recipes/tiny_dmd.yaml --root "$out" --model.init_args.init_from.generator "$student" \
+  --model.init_args.sink_frames "$sink" \
   --model.init_args.init_from.score recipes/weights/tiny_base4 --data.init_args.test_multiview_dir null \
   --data.init_args.test_multiview null --trainer.logger false --trainer.enable_progress_bar false

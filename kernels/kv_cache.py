@@ -1,4 +1,4 @@
-"""The sliding-window KV cache of a causal rollout (no attention sink).
+"""The sliding-window KV cache of a causal rollout, with an optional attention sink.
 
 One ``KVCache`` serves every route. Per transformer layer it holds the **un-roped** keys and the
 values of the last ``max_frames`` committed latent frames, ``[B, N, H, D]`` with ``N = frames *
@@ -14,6 +14,10 @@ A forward either reads only (a denoising step) or reads and *commits* (the clean
 layers ``stage`` their new K/V while attending; ``commit`` then appends them, with the block's
 cameras, and evicts the oldest frames beyond ``max_frames``. Memory is bounded by ``max_frames``
 whatever the horizon.
+
+``sink_frames`` (default 0) keeps the clip's first committed latent frames for good (the attention sink,
+LongLive's ``sink_size``: the TI2V anchor, the one frame that is ground truth): they stay at the head of
+the rows and only the frames after them roll, so the cache holds at most ``sink_frames + max_frames``.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ class KVCacheError(RuntimeError):
 class KVCache:
     """Per-layer un-roped K/V of the last ``max_frames`` latent frames plus their cameras."""
 
-    def __init__(self, num_layers: int, max_frames: int, tokens_per_frame: int) -> None:
-        if num_layers < 1 or max_frames < 0 or tokens_per_frame < 1:
+    def __init__(self, num_layers: int, max_frames: int, tokens_per_frame: int, sink_frames: int = 0) -> None:
+        if num_layers < 1 or max_frames < 0 or tokens_per_frame < 1 or sink_frames < 0:
             raise ValueError(
-                f"KVCache: need num_layers >= 1, max_frames >= 0, tokens_per_frame >= 1; "
-                f"got {num_layers}, {max_frames}, {tokens_per_frame}"
+                f"KVCache: need num_layers >= 1, max_frames >= 0, tokens_per_frame >= 1, sink_frames >= 0; "
+                f"got {num_layers}, {max_frames}, {tokens_per_frame}, {sink_frames}"
             )
         self.num_layers, self.max_frames, self.tokens_per_frame = num_layers, max_frames, tokens_per_frame
+        self.sink_frames = sink_frames
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.c2w: torch.Tensor | None = None  # [B, frames, 4, 4] float64
@@ -44,8 +49,18 @@ class KVCache:
 
     @property
     def frames(self) -> int:
-        """Latent frames currently held (at most ``max_frames``)."""
+        """Latent frames currently held (at most ``sink_frames + max_frames``)."""
         return 0 if self.c2w is None else int(self.c2w.shape[1])
+
+    @property
+    def held_sink(self) -> int:
+        """Leading held frames that are the sink (fewer than ``sink_frames`` until that many are committed)."""
+        return min(self.sink_frames, self.committed_frames)
+
+    @property
+    def evicted(self) -> bool:
+        """Whether any committed frame has left the cache (then the sink, if any, sits apart from the rest)."""
+        return self.committed_frames > self.frames
 
     def layer(self, index: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Cached un-roped ``(keys, values)`` of layer ``index``, each ``[B, N, H, D]`` (None when empty)."""
@@ -65,7 +80,9 @@ class KVCache:
                 "(the commit forward must run every layer with commit=True)"
             )
         new_frames = c2w.shape[1]
+        sink = min(self.sink_frames, self.committed_frames + new_frames)  # sink frames held after this commit
         keep = self.max_frames
+        tpf = self.tokens_per_frame
         for index in range(self.num_layers):
             k_new, v_new = self._staged[index]
             if k_new.shape[1] != new_frames * self.tokens_per_frame:
@@ -73,10 +90,10 @@ class KVCache:
                     f"KVCache: layer {index} staged {k_new.shape[1]} tokens for {new_frames} frames "
                     f"of {self.tokens_per_frame} tokens"
                 )
-            self.keys[index] = self._roll(self.keys[index], k_new, keep * self.tokens_per_frame)
-            self.values[index] = self._roll(self.values[index], v_new, keep * self.tokens_per_frame)
-        self.c2w = self._roll(self.c2w, c2w.detach().to(torch.float64), keep)
-        self.K = self._roll(self.K, K.detach(), keep)
+            self.keys[index] = self._roll(self.keys[index], k_new, keep * tpf, sink * tpf)
+            self.values[index] = self._roll(self.values[index], v_new, keep * tpf, sink * tpf)
+        self.c2w = self._roll(self.c2w, c2w.detach().to(torch.float64), keep, sink)
+        self.K = self._roll(self.K, K.detach(), keep, sink)
         self.committed_frames += new_frames
         self._staged.clear()
 
@@ -85,10 +102,12 @@ class KVCache:
         self._staged.clear()
 
     @staticmethod
-    def _roll(old: torch.Tensor | None, new: torch.Tensor, keep: int) -> torch.Tensor:
-        """``cat(old, new)`` along dim 1, keeping the last ``keep`` rows (a fresh tensor, so memory stays flat)."""
+    def _roll(old: torch.Tensor | None, new: torch.Tensor, keep: int, sink: int = 0) -> torch.Tensor:
+        """``cat(old, new)`` along dim 1: the first ``sink`` rows, then the last ``keep`` of the others (a fresh
+        tensor, so memory stays flat)."""
         both = new if old is None else torch.cat([old, new], dim=1)
-        return both[:, max(0, both.shape[1] - keep):].clone() if keep > 0 else both[:, :0].clone()
+        head, rest = both[:, :sink], both[:, sink:]
+        return torch.cat([head, rest[:, max(0, rest.shape[1] - keep) :] if keep > 0 else rest[:, :0]], dim=1).clone()
 
     def nbytes(self) -> int:
         """Bytes held by cached K/V and cameras (for the rollout's memory report)."""

@@ -56,18 +56,23 @@ def frame_causal_mask_mod(tokens_per_frame: int) -> MaskMod:
 
 
 def teacher_forcing_mask_mod(
-    num_frames: int, tokens_per_frame: int, frames_per_block: int, max_prior_blocks: int | None = None
+    num_frames: int,
+    tokens_per_frame: int,
+    frames_per_block: int,
+    max_prior_blocks: int | None = None,
+    sink_frames: int = 0,
 ) -> MaskMod:
     """mask_mod for the teacher-forcing layout ``[clean | noisy]`` of ``2 * num_frames`` frames.
 
     Clean block k sees clean blocks <= k. Noisy block k sees clean blocks < k (only the last
-    ``max_prior_blocks`` of them when given: the rollout's sliding window) and noisy block k
-    itself: never its own clean copy, never the future, never other noisy blocks. Clean
-    tokens never see noisy ones.
+    ``max_prior_blocks`` of them when given: the rollout's sliding window, plus the clip's first
+    ``sink_frames`` clean frames: the rollout's attention sink) and noisy block k itself: never its own
+    clean copy, never the future, never other noisy blocks. Clean tokens never see noisy ones.
     """
     half = num_frames * tokens_per_frame
     tokens_per_block = tokens_per_frame * frames_per_block
     horizon = num_frames if max_prior_blocks is None else max_prior_blocks
+    sink_tokens = sink_frames * tokens_per_frame
 
     def mask_mod(b, h, q_idx, kv_idx):
         q_noisy = q_idx >= half
@@ -75,7 +80,8 @@ def teacher_forcing_mask_mod(
         q_blk = (q_idx - q_noisy * half) // tokens_per_block
         kv_blk = (kv_idx - kv_noisy * half) // tokens_per_block
         clean_q = ~q_noisy & ~kv_noisy & (kv_blk <= q_blk)
-        noisy_sees_history = q_noisy & ~kv_noisy & (kv_blk < q_blk) & (kv_blk >= q_blk - horizon)
+        in_window = (kv_blk >= q_blk - horizon) | (kv_idx < sink_tokens)
+        noisy_sees_history = q_noisy & ~kv_noisy & (kv_blk < q_blk) & in_window
         noisy_sees_itself = q_noisy & kv_noisy & (kv_blk == q_blk)
         return clean_q | noisy_sees_history | noisy_sees_itself
 
@@ -115,10 +121,11 @@ def teacher_forcing_mask(
     frames_per_block: int,
     device: torch.device | str | None = None,
     max_prior_blocks: int | None = None,
+    sink_frames: int = 0,
 ) -> torch.Tensor:
     """Teacher-forcing mask, bool ``[2*F*T, 2*F*T]`` over the layout ``[clean | noisy]``."""
     _check_sizes(num_frames, tokens_per_frame, frames_per_block)
-    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block, max_prior_blocks)
+    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block, max_prior_blocks, sink_frames)
     return dense_mask(mod, 2 * num_frames * tokens_per_frame, device)
 
 
@@ -165,10 +172,11 @@ def teacher_forcing_block_mask(
     device: torch.device | str = "cuda",
     block_size: int = 128,
     max_prior_blocks: int | None = None,
+    sink_frames: int = 0,
 ):
     """FlexAttention ``BlockMask`` equivalent of :func:`teacher_forcing_mask`."""
     _check_sizes(num_frames, tokens_per_frame, frames_per_block)
-    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block, max_prior_blocks)
+    mod = teacher_forcing_mask_mod(num_frames, tokens_per_frame, frames_per_block, max_prior_blocks, sink_frames)
     return flex_block_mask(mod, 2 * num_frames * tokens_per_frame, device, block_size)
 
 
@@ -180,11 +188,13 @@ def causal_mask(
     frames_per_block: int = 1,
     device: torch.device | str | None = None,
     max_prior_blocks: int | None = None,
+    sink_frames: int = 0,
 ):
     """The mask a causal stage should pass to ``attention``: a ``BlockMask`` on CUDA, dense bool elsewhere.
 
     ``kind`` is one of ``"frame_causal"``, ``"block_causal"``, ``"teacher_forcing"``;
-    ``max_prior_blocks`` limits the history of teacher-forcing's noisy blocks (the sliding window).
+    ``max_prior_blocks`` limits the history of teacher-forcing's noisy blocks (the sliding window) and
+    ``sink_frames`` adds the clip's first clean frames to it (the attention sink).
     Cached per shape: every training step of a stage asks for the same mask, and building it (a
     FlexAttention ``create_block_mask`` on CUDA) belongs at set-up, not in the step. Callers must not
     modify the returned mask.
@@ -197,6 +207,13 @@ def causal_mask(
         return build(num_frames, tokens_per_frame, device=device)
     if kind == "teacher_forcing":
         build = teacher_forcing_block_mask if on_cuda else teacher_forcing_mask
-        return build(num_frames, tokens_per_frame, frames_per_block, device=device, max_prior_blocks=max_prior_blocks)
+        return build(
+            num_frames,
+            tokens_per_frame,
+            frames_per_block,
+            device=device,
+            max_prior_blocks=max_prior_blocks,
+            sink_frames=sink_frames,
+        )
     build = block_causal_block_mask if on_cuda else block_causal_mask
     return build(num_frames, tokens_per_frame, frames_per_block, device=device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,19 @@ def load_init(
         hint = f"; make it with `{command}`" if command else ""
         raise StageCheckpointError(f"init_from {path} not found{hint}")
     return load_adapter_weights(adapter, path, expect_stage=expect_stage, use_ema=use_ema, ignore=ignore)
+
+
+def set_sink(adapter: BackboneAdapter, sink_frames: int, init_from: str | None) -> None:
+    """Give the causal ``adapter`` its attention sink; an ``init_from`` export trained with another sink is refused."""
+    meta = Path(init_from or "") / "adapter.json"
+    if init_from is not None and meta.is_file():
+        trained = json.loads(meta.read_text()).get("sink_frames") or 0
+        if trained != sink_frames:
+            raise StageCheckpointError(
+                f"init_from {init_from} was trained with sink_frames {trained}, this stage has {sink_frames}: "
+                f"set model.init_args.sink_frames {trained}"
+            )
+    adapter.set_sink(sink_frames)
 
 
 class CausalGenerateMixin:

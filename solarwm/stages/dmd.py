@@ -36,7 +36,7 @@ from solarwm.objectives.flow_matching import shift_sigmas
 from solarwm.objectives.rng import RandomSource, SampleRNG, randint, randn
 from solarwm.rollout.engine import Rollout, block_conditions
 from solarwm.stages.base import StageModule
-from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
+from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame, set_sink
 
 
 @dataclass
@@ -92,6 +92,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
             exercised) and both scores see one window-sized slice of it at a random start, its first latent
             re-anchored as a clean image latent (the decoded last frame before the slice, encoded alone), as
             Self-Forcing's long rollouts do for a teacher trained on short clips.
+        sink_frames: the student's attention sink (``TFAnyFlowModule``); must match the stage-2 export's.
     """
 
     stage_name = "dmd"
@@ -116,6 +117,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         critic_optimizer: OptimizerCallable = critic_optimizer,
         seed: int = 0,
         score_window: int | None = None,
+        sink_frames: int = 0,
     ) -> None:
         super().__init__(None, optimizer, None)
         self.save_hyperparameters(ignore=["adapter", "optimizer", "critic_optimizer"])
@@ -136,6 +138,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
             load_init(generator, init_from.generator, ("tf_anyflow", "dmd"), init_from.generator_command, use_ema_init,
                       ignore=("delta_embedding",))
         generator.disable_flow_map()
+        set_sink(generator, sink_frames, None if init_from is None else init_from.generator)
         fake = copy.deepcopy(real, memo=dict(shared))
         real.requires_grad_(False).eval()
         self.generator, self.real_score, self.fake_score = generator, real, fake

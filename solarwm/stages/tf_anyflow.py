@@ -30,7 +30,7 @@ from solarwm.objectives.flow_map import (
 )
 from solarwm.objectives.rng import RandomSource, rand, randn
 from solarwm.stages.base import StageModule, WarmupConstantLR, default_optimizer
-from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame
+from solarwm.stages.causal import CausalGenerateMixin, load_init, per_frame, set_sink
 
 
 class TFAnyFlowModule(CausalGenerateMixin, StageModule):
@@ -52,6 +52,8 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         context_noise: largest noise level on the clean history copy (GameNGen's context noise): each
             sample's history is noised to its own sigma, uniform in ``[0, context_noise]`` (not shifted),
             and the model is told it; the TI2V anchor stays clean. 0 = off (the exact history).
+        sink_frames: the clip's first latent frames every block also attends to (the attention sink; at most one
+            block, Wan routes; 0 = none). Saved in the export, which the next stage must match.
     """
 
     stage_name = "tf_anyflow"
@@ -75,6 +77,7 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
         val_seed: int = 1234,
         sample_steps: int = 4,
         context_noise: float = 0.0,
+        sink_frames: int = 0,
     ) -> None:
         super().__init__(adapter, optimizer, lr_scheduler)
         self.save_hyperparameters(ignore=["adapter", "optimizer", "lr_scheduler"])
@@ -87,6 +90,7 @@ class TFAnyFlowModule(CausalGenerateMixin, StageModule):
                 adapter, init_from, ("bidirectional",), init_from_command, use_ema_init, ignore=("delta_embedding",)
             )
         adapter.enable_flow_map(flow_map_gate)
+        set_sink(adapter, sink_frames, None)  # from a bidirectional init: nothing to match
         self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
         self.diffusion_ratio, self.consistency_ratio = diffusion_ratio, consistency_ratio
         self.fd_eps, self.timestep_weighting, self.rescale = fd_eps, timestep_weighting, rescale

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from solarwm.backbones import load_adapter, wan_attention
+from solarwm.backbones.base import AdapterError
+from solarwm.backbones.ltx25 import LTX25Adapter, LTX25Config
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
 from solarwm.camera.se3 import look_at
 from solarwm.kernels.masks import block_causal_mask
@@ -209,3 +211,38 @@ def test_flow_map_starts_at_the_stage1_model_and_round_trips(tmp_path):
     adapter.disable_flow_map()
     torch.testing.assert_close(adapter(x, sigma, cond), before, atol=1e-6, rtol=1e-6)
     assert "delta_embedding" not in "".join(adapter.state_dict())
+
+
+@torch.no_grad()
+def test_sink_teacher_forcing_matches_the_rollout_once_block_0_has_left_the_window(tmp_path):
+    """With a 1-frame sink and a 2-block window, block 2 of teacher forcing (clean block 1 and clean frame 0 as
+    history) equals the cached rollout whose cache evicted block 0 but kept its first frame; a sink travels with
+    the export and is refused where it cannot be read."""
+    adapter = make_adapter()
+    adapter.window_blocks = 2
+    adapter.set_sink(1)
+    fpb = adapter.frames_per_block
+    frames = 3 * fpb
+    clean, _ = inputs(frames, seed=10)
+    noisy, sigma = inputs(frames, seed=11)
+    cond = make_cond(adapter, frames)
+    tf = adapter.forward_teacher_forcing(clean, noisy, sigma, cond)
+    cache = adapter.new_cache(HL, WL)
+    outs = []
+    for sl in adapter.block_slices(frames):
+        outs.append(adapter(noisy[:, :, sl], sigma[:, sl], block_cond(cond, sl), kv_cache=cache))
+        adapter(clean[:, :, sl], torch.zeros_like(sigma[:, sl]), block_cond(cond, sl), kv_cache=cache, commit=True)
+    torch.testing.assert_close(tf, torch.cat(outs, 2), atol=1e-4, rtol=1e-4)
+    assert cache.frames == 1 + fpb  # the sink frame and one block of history
+    # Without the sink, block 2 reads other history: the sink is what the equality above depends on.
+    adapter.set_sink(0)
+    assert not torch.allclose(adapter.forward_teacher_forcing(clean, noisy, sigma, cond)[:, :, 2 * fpb :],
+                              tf[:, :, 2 * fpb :], atol=1e-4)
+
+    adapter.set_sink(1)
+    loaded = load_adapter(adapter.save_adapter(tmp_path / "export", stage="tf_anyflow"))
+    assert loaded.sink_frames == 1 and loaded.new_cache(HL, WL).sink_frames == 1
+    with pytest.raises(AdapterError, match="sink_frames must be in"):
+        adapter.set_sink(fpb + 1)
+    with pytest.raises(AdapterError, match="no attention sink"):
+        LTX25Adapter(config=LTX25Config.tiny()).set_sink(1)

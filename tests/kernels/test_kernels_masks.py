@@ -68,6 +68,19 @@ def test_teacher_forcing_exact_pattern():
     assert torch.equal(mask, expected)
 
 
+def test_teacher_forcing_sink_adds_the_first_clean_frames_to_every_noisy_window():
+    # 4 frames, 1 token, 1 frame per block, a 1-block window: noisy frame k sees clean k-1, itself, and clean 0.
+    plain = teacher_forcing_mask(4, 1, 1, max_prior_blocks=1)
+    sink = teacher_forcing_mask(4, 1, 1, max_prior_blocks=1, sink_frames=1)
+    assert plain[4 + 3, :4].nonzero().flatten().tolist() == [2]
+    assert sink[4 + 3, :4].nonzero().flatten().tolist() == [0, 2]
+    assert sink[4 + 2, :4].nonzero().flatten().tolist() == [0, 1]
+    assert not sink[4 + 0, :4].any()  # the first block has no history: its own clean copy stays hidden
+    changed = (sink != plain).nonzero().tolist()
+    assert changed == [[6, 0], [7, 0]]  # only noisy queries past the window gain the sink, only the sink's keys
+    assert torch.equal(causal_mask("teacher_forcing", 4, 1, 1, max_prior_blocks=1, sink_frames=1), sink)
+
+
 @pytest.mark.parametrize("frames,tokens,fpb", [(6, 2, 2), (5, 3, 2), (4, 1, 1)])
 def test_teacher_forcing_layout_properties(frames, tokens, fpb):
     mask = teacher_forcing_mask(frames, tokens, fpb)
@@ -108,8 +121,12 @@ def test_causal_mask_on_cpu_is_dense_and_validates():
         (frame_causal_mask(5, 3), frame_causal_block_mask(5, 3, device="cpu", block_size=4)),
         (block_causal_mask(6, 2, 2), block_causal_block_mask(6, 2, 2, device="cpu", block_size=4)),
         (teacher_forcing_mask(4, 3, 2), teacher_forcing_block_mask(4, 3, 2, device="cpu", block_size=4)),
+        (
+            teacher_forcing_mask(6, 3, 2, max_prior_blocks=1, sink_frames=1),
+            teacher_forcing_block_mask(6, 3, 2, device="cpu", block_size=4, max_prior_blocks=1, sink_frames=1),
+        ),
     ],
-    ids=["frame_causal", "block_causal", "teacher_forcing"],
+    ids=["frame_causal", "block_causal", "teacher_forcing", "teacher_forcing_sink"],
 )
 def test_flex_block_mask_matches_dense(dense, flex):
     n = dense.shape[0]

@@ -1,4 +1,4 @@
-"""Stage 2 (TFAnyFlowModule): r = t pairs skip the finite difference; context noise on the teacher-forced history."""
+"""Stage 2 (TFAnyFlowModule): r = t pairs skip the finite difference; context noise on the history; the sink."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfi
 from solarwm.datamodules import WorldDataModule
 from solarwm.datamodules.world import SynthCorpus
 from solarwm.objectives.rng import SampleRNG
+from solarwm.stages.checkpoints import StageCheckpointError
+from solarwm.stages.dmd import DMDInit, DMDModule
 from solarwm.stages.tf_anyflow import TFAnyFlowModule
 
 
@@ -115,3 +117,15 @@ def test_context_noise_leaves_the_steps_other_draws_as_they_were(batch):
     loss, noised = _tf_module(context_noise=0.3).anyflow_loss(batch, SampleRNG([3, 4], salt=2))
     assert torch.isfinite(loss)
     torch.testing.assert_close(noised["sigma_mean"], exact["sigma_mean"], rtol=0, atol=0)
+
+
+def test_the_sink_goes_from_stage_2_into_its_export_and_stage_3_must_match_it(tmp_path):
+    base = Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny()).save_adapter(tmp_path / "stage1", stage="bidirectional")
+    stage2 = _tf_module(sink_frames=1, init_from=str(base))
+    assert stage2.adapter.sink_frames == 1
+    export = stage2.adapter.save_adapter(tmp_path / "stage2", stage="tf_anyflow")
+    init = DMDInit(generator=str(export), score=str(base))
+    student = DMDModule(Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny()), init_from=init, sink_frames=1)
+    assert student.generator.sink_frames == 1 and student.real_score.sink_frames == 0
+    with pytest.raises(StageCheckpointError, match="trained with sink_frames 1, this stage has 0"):
+        DMDModule(Wan22TI2V5BAdapter(config=Wan22TI2V5BConfig.tiny()), init_from=init)
