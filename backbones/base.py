@@ -40,7 +40,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
@@ -62,7 +61,7 @@ from solarwm.backbones.lora import LoRAConfig
 from solarwm.backbones.text import zero_padding
 from solarwm.backbones.weights import AdapterWeights
 from solarwm.camera.se3 import relative_pose, se3_inverse
-from solarwm.kernels.kv_cache import KVCache
+from solarwm.kernels.kv_cache import CacheWindow, KVCache
 from solarwm.kernels.masks import causal_mask
 from solarwm.objectives.flow_matching import flow_interpolate, flow_velocity, masked_mse, shift_sigmas
 
@@ -84,35 +83,6 @@ def x0_skip_velocity(out: torch.Tensor, x_t: torch.Tensor, sigma: torch.Tensor) 
     keep = 1.0 - sigma
     d = keep**2 * sd2 + sigma**2
     return (sigma - keep * sd2) / d * x_t - (X0_SKIP_SIGMA_DATA / d.sqrt()) * out
-
-
-@dataclass
-class CacheWindow:
-    """A cached block's window: the committed frames' cameras, then the query block's ``frames`` latent frames."""
-
-    c2w: torch.Tensor  #: [B, W, 4, 4] float64
-    K: torch.Tensor  #: [B, W, 4] pixels
-    frames: int  #: latent frames of the query block (the window's tail)
-    first_evicted: bool  #: the clip's first latent frame has left the window
-    sink: int = 0  #: leading frames held apart as the attention sink (the frames after them were evicted)
-
-    @property
-    def width(self) -> int:
-        """Latent frames in the window, the query block included."""
-        return self.c2w.shape[1]
-
-    @property
-    def start(self) -> int:
-        """Window index of the query block's first frame."""
-        return self.width - self.frames
-
-    def positions(self, frames_per_block: int) -> torch.Tensor:
-        """Temporal positions ``[W]``: ``0..W-1``; with a sink apart, the sink at ``0..s-1`` and the rest from
-        ``frames_per_block`` on, where teacher forcing over ``window_blocks + 1`` blocks puts them for its last
-        block (block 0 just left the window, its first ``s`` frames kept)."""
-        positions = torch.arange(self.width)
-        positions[self.sink :] += frames_per_block - self.sink if self.sink else 0
-        return positions
 
 
 class BackboneAdapter(AdapterWeights, torch.nn.Module, abc.ABC):

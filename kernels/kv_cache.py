@@ -1,4 +1,4 @@
-"""The sliding-window KV cache of a causal rollout, with an optional attention sink.
+"""The sliding-window KV cache of a causal rollout (an optional attention sink) and a block's window over it.
 
 One ``KVCache`` serves every route. Per transformer layer it holds the **un-roped** keys and the
 values of the last ``max_frames`` committed latent frames, ``[B, N, H, D]`` with ``N = frames *
@@ -21,6 +21,8 @@ the rows and only the frames after them roll, so the cache holds at most ``sink_
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -113,3 +115,32 @@ class KVCache:
         """Bytes held by cached K/V and cameras (for the rollout's memory report)."""
         tensors = [t for t in self.keys + self.values + [self.c2w, self.K] if t is not None]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass
+class CacheWindow:
+    """A cached block's window: the committed frames' cameras, then the query block's ``frames`` latent frames."""
+
+    c2w: torch.Tensor  #: [B, W, 4, 4] float64
+    K: torch.Tensor  #: [B, W, 4] pixels
+    frames: int  #: latent frames of the query block (the window's tail)
+    first_evicted: bool  #: the clip's first latent frame has left the window
+    sink: int = 0  #: leading frames held apart as the attention sink (the frames after them were evicted)
+
+    @property
+    def width(self) -> int:
+        """Latent frames in the window, the query block included."""
+        return self.c2w.shape[1]
+
+    @property
+    def start(self) -> int:
+        """Window index of the query block's first frame."""
+        return self.width - self.frames
+
+    def positions(self, frames_per_block: int) -> torch.Tensor:
+        """Temporal positions ``[W]``: ``0..W-1``; with a sink apart, the sink at ``0..s-1`` and the rest from
+        ``frames_per_block`` on, where teacher forcing over ``window_blocks + 1`` blocks puts them for its last
+        block (block 0 just left the window, its first ``s`` frames kept)."""
+        positions = torch.arange(self.width)
+        positions[self.sink :] += frames_per_block - self.sink if self.sink else 0
+        return positions
