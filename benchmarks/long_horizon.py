@@ -40,11 +40,16 @@ def small(frames: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load(
-    adapter_dir: str, window_blocks: int | None, max_offset: int | None = None, commit_sigma: float | None = None
+    adapter_dir: str,
+    window_blocks: int | None,
+    max_offset: int | None = None,
+    commit_sigma: float | None = None,
+    sink_frames: int | None = None,
 ) -> torch.nn.Module:
     """The export in eval mode, optionally with another causal window (blocks, the query block included),
-    history positions clamped to ``max_offset`` frames before the window's last frame (a training-free probe) and
-    the committed history re-noised to ``commit_sigma`` (for a model trained with context noise)."""
+    history positions clamped to ``max_offset`` frames before the window's last frame (a training-free probe),
+    the committed history re-noised to ``commit_sigma`` (for a model trained with context noise) and another
+    attention sink than the export's (``sink_frames``)."""
     from solarwm.backbones import load_adapter
 
     adapter = load_adapter(adapter_dir).eval()
@@ -54,6 +59,8 @@ def load(
         clamp_history_positions(adapter, max_offset)
     if commit_sigma is not None:
         adapter.commit_sigma = commit_sigma
+    if sink_frames is not None:
+        adapter.set_sink(sink_frames)
     return adapter
 
 
@@ -118,7 +125,7 @@ def world(spec: SynthSpec, index: int, cache: str | None) -> tuple[np.ndarray, n
 
 def one_minute(args: argparse.Namespace) -> dict:
     """The per-window figures of ``args.worlds`` worlds (see module docstring)."""
-    adapter = load(args.adapter, args.window_blocks, args.max_offset, args.commit_sigma)
+    adapter = load(args.adapter, args.window_blocks, args.max_offset, args.commit_sigma, args.sink_frames)
     spec = SynthSpec(frames=args.frames, width=96, height=64, fps=args.fps, seed=args.seed, motion=args.motion)
     window = int(round(5 * args.fps))
     per_world, rows, seconds = [], [], 0.0
@@ -145,7 +152,7 @@ def one_hour(args: argparse.Namespace) -> dict:
     """One world rolled out for ``args.hour_minutes`` minutes at 16 fps: generated detail per minute."""
     fps, per_minute = 16.0, 16 * 60
     frames = int(args.hour_minutes * per_minute) + 1
-    adapter = load(args.adapter, args.window_blocks, args.max_offset, args.commit_sigma)
+    adapter = load(args.adapter, args.window_blocks, args.max_offset, args.commit_sigma, args.sink_frames)
     rng = np.random.default_rng([args.seed, 0, 0x40])
     traj = sample_trajectory(rng, frames, 96, 64, fps, args.motion)
     scene = make_scene(rng, traj.c2w)
@@ -199,6 +206,7 @@ def main() -> None:
         help="probe: clamp cached keys' temporal positions to this many frames before the last",
     )
     parser.add_argument("--commit_sigma", type=float, default=None, help="noise level of the committed history")
+    parser.add_argument("--sink_frames", type=int, default=None, help="attention sink (default: the export's)")
     parser.add_argument("--strip", default=None, help="PNG path of the truth-over-generation strip")
     parser.add_argument("--strip_worlds", type=int, default=4)
     parser.add_argument("--hour", action="store_true", help="the hour-long detail curve instead")
