@@ -57,6 +57,22 @@ def inputs(frames: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return x, sigma
 
 
+def teacher_forcing_and_rollout(adapter, seeds: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """Over 3 blocks: the teacher-forced noisy prediction, the same queries against a cache of committed clean
+    blocks, and that cache."""
+    frames = 3 * adapter.frames_per_block
+    clean, _ = inputs(frames, seed=seeds[0])
+    noisy, sigma = inputs(frames, seed=seeds[1])
+    cond = make_cond(adapter, frames)
+    tf = adapter.forward_teacher_forcing(clean, noisy, sigma, cond)
+    cache = adapter.new_cache(HL, WL)
+    outs = []
+    for sl in adapter.block_slices(frames):
+        outs.append(adapter(noisy[:, :, sl], sigma[:, sl], block_cond(cond, sl), kv_cache=cache))
+        adapter(clean[:, :, sl], torch.zeros_like(sigma[:, sl]), block_cond(cond, sl), kv_cache=cache, commit=True)
+    return tf, torch.cat(outs, 2), cache
+
+
 @torch.no_grad()
 def test_cached_blocks_equal_one_block_causal_forward():
     """(a) Window >= all blocks: committing block by block reproduces the uncached block-causal forward."""
@@ -144,19 +160,8 @@ def test_window_relative_cameras_keep_precision_far_from_the_origin():
 @torch.no_grad()
 def test_teacher_forcing_matches_rollout_on_clean_history():
     """Training and inference agree: the TF noisy prediction equals a cached query over committed clean blocks."""
-    adapter = make_adapter()
-    fpb = adapter.frames_per_block
-    frames = 3 * fpb
-    clean, _ = inputs(frames, seed=5)
-    noisy, sigma = inputs(frames, seed=6)
-    cond = make_cond(adapter, frames)
-    tf = adapter.forward_teacher_forcing(clean, noisy, sigma, cond)
-    cache = adapter.new_cache(HL, WL)
-    outs = []
-    for sl in adapter.block_slices(frames):
-        outs.append(adapter(noisy[:, :, sl], sigma[:, sl], block_cond(cond, sl), kv_cache=cache))
-        adapter(clean[:, :, sl], torch.zeros_like(sigma[:, sl]), block_cond(cond, sl), kv_cache=cache, commit=True)
-    torch.testing.assert_close(tf, torch.cat(outs, 2), atol=1e-4, rtol=1e-4)
+    tf, rolled, _ = teacher_forcing_and_rollout(make_adapter(), seeds=(5, 6))
+    torch.testing.assert_close(tf, rolled, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -222,21 +227,12 @@ def test_sink_teacher_forcing_matches_the_rollout_once_block_0_has_left_the_wind
     adapter.window_blocks = 2
     adapter.set_sink(1)
     fpb = adapter.frames_per_block
-    frames = 3 * fpb
-    clean, _ = inputs(frames, seed=10)
-    noisy, sigma = inputs(frames, seed=11)
-    cond = make_cond(adapter, frames)
-    tf = adapter.forward_teacher_forcing(clean, noisy, sigma, cond)
-    cache = adapter.new_cache(HL, WL)
-    outs = []
-    for sl in adapter.block_slices(frames):
-        outs.append(adapter(noisy[:, :, sl], sigma[:, sl], block_cond(cond, sl), kv_cache=cache))
-        adapter(clean[:, :, sl], torch.zeros_like(sigma[:, sl]), block_cond(cond, sl), kv_cache=cache, commit=True)
-    torch.testing.assert_close(tf, torch.cat(outs, 2), atol=1e-4, rtol=1e-4)
+    tf, rolled, cache = teacher_forcing_and_rollout(adapter, seeds=(10, 11))
+    torch.testing.assert_close(tf, rolled, atol=1e-4, rtol=1e-4)
     assert cache.frames == 1 + fpb  # the sink frame and one block of history
     # Without the sink, block 2 reads other history: the sink is what the equality above depends on.
     adapter.set_sink(0)
-    assert not torch.allclose(adapter.forward_teacher_forcing(clean, noisy, sigma, cond)[:, :, 2 * fpb :],
+    assert not torch.allclose(teacher_forcing_and_rollout(adapter, seeds=(10, 11))[0][:, :, 2 * fpb :],
                               tf[:, :, 2 * fpb :], atol=1e-4)
 
     adapter.set_sink(1)
