@@ -5,8 +5,8 @@
 #   bash examples/long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES] [TF_RECIPE]
 # FRAMES (default 81) is stage 2's window; 17 is the control: the same worlds and chain in 17-frame windows, batch 4
 # (the tokens per step of one 81-frame window). TF_RECIPE (default recipes/tiny_tf_long.yaml) is stage 2's recipe,
-# e.g. recipes/tiny_tf_long_context_noise.yaml or tiny_tf_long_sink.yaml; its name tags the outputs. OUT/truth and OUT/test_multiview cache
-# the rendered truths (reused across runs). About 1.5 hours on 2 CPU cores.
+# e.g. recipes/tiny_tf_long_context_noise.yaml or recipes/tiny_tf_long_sink.yaml; its name tags the outputs.
+# OUT/truth and OUT/test_multiview cache the rendered truths (reused across runs). About 1.5 hours on 2 CPU cores.
 set -euo pipefail
 out=${1:?usage: long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES] [TF_RECIPE]}
 tf_steps=${2:-1200}

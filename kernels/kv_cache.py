@@ -108,8 +108,8 @@ class KVCache:
         """``cat(old, new)`` along dim 1: the first ``sink`` rows, then the last ``keep`` of the others (a fresh
         tensor, so memory stays flat)."""
         both = new if old is None else torch.cat([old, new], dim=1)
-        head, rest = both[:, :sink], both[:, sink:]
-        return torch.cat([head, rest[:, max(0, rest.shape[1] - keep) :] if keep > 0 else rest[:, :0]], dim=1).clone()
+        rest = both[:, sink:]
+        return torch.cat([both[:, :sink], rest[:, max(0, rest.shape[1] - keep) :]], dim=1).clone()
 
     def nbytes(self) -> int:
         """Bytes held by cached K/V and cameras (for the rollout's memory report)."""
@@ -142,5 +142,6 @@ class CacheWindow:
         ``frames_per_block`` on, where teacher forcing over ``window_blocks + 1`` blocks puts them for its last
         block (block 0 just left the window, its first ``s`` frames kept)."""
         positions = torch.arange(self.width)
-        positions[self.sink :] += frames_per_block - self.sink if self.sink else 0
+        if self.sink:
+            positions[self.sink :] += frames_per_block - self.sink
         return positions

@@ -158,13 +158,12 @@ class Rollout:
             x[:, :, :clean] = anchor[:, :, :clean]
         if self.solver == "flowmap":
             x0 = x
-        history, sigma_pf = x0, torch.zeros(b, n, device=device)
+        sigma_pf = torch.full((b, n), adapter.commit_sigma, device=device)
+        sigma_pf[:, :clean] = 0.0  # the anchor (already x0's leading frames) stays exact
+        history = x0
         if adapter.commit_sigma > 0:  # drawn last, so a rollout without it draws as before
-            sigma = adapter.commit_sigma
-            history = flow_interpolate(x0, randn(x0.shape, generator, device), torch.tensor(sigma, dtype=x0.dtype))
-            history[:, :, :clean] = anchor[:, :, :clean]
-            sigma_pf = torch.full((b, n), sigma, device=device)
-            sigma_pf[:, :clean] = 0.0
+            noise = randn(x0.shape, generator, device)
+            history = flow_interpolate(x0, noise, sigma_pf.to(x0.dtype)[:, None, :, None, None])
         adapter(history, sigma_pf, block_cond, kv_cache=cache, commit=True)
         return BlockResult(x0=x0, noisy=noisy, sigma=float(sigmas[exit_step]), frames=frames)
 

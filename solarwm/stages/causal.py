@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from solarwm.backbones.base import BackboneAdapter
+from solarwm.backbones.export import read_adapter_json
 from solarwm.rollout.engine import Rollout
 from solarwm.stages.checkpoints import StageCheckpointError, load_adapter_weights
 
@@ -37,9 +37,8 @@ def load_init(
 
 def set_sink(adapter: BackboneAdapter, sink_frames: int, init_from: str | None) -> None:
     """Give the causal ``adapter`` its attention sink; an ``init_from`` export trained with another sink is refused."""
-    meta = Path(init_from or "") / "adapter.json"
-    if init_from is not None and meta.is_file():
-        trained = json.loads(meta.read_text()).get("sink_frames") or 0
+    if init_from is not None and Path(init_from).is_dir():  # an export (a Lightning checkpoint carries no sink)
+        trained = read_adapter_json(init_from).get("sink_frames") or 0
         if trained != sink_frames:
             raise StageCheckpointError(
                 f"init_from {init_from} was trained with sink_frames {trained}, this stage has {sink_frames}: "
