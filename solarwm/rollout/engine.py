@@ -122,6 +122,7 @@ class Rollout:
         cache: Any,
         generator: RandomSource = None,
         exit_step: int | None = None,
+        grad: bool = False,
     ) -> BlockResult:
         """Denoise the latent frames ``frames`` (one causal block) on ``cache`` and commit the result.
 
@@ -129,9 +130,13 @@ class Rollout:
         ``anchor [B, C, a, h, w]``: the clean anchor latents (the first ``clean_latent_frames`` stay them).
         The noise comes from ``generator`` in a fixed order (the block's start noise, then one fresh draw
         per re-noising step), so a rollout is the same however its blocks are driven.
+        ``grad``: the exit step's forward carries gradient (the returned x0 does; the cache gets it detached),
+        as Self-Forcing trains a student on its own rollout; the values are those of ``grad=False``.
         """
         adapter = self.adapter
         exit_step = self.check_exit_step(exit_step)
+        if grad and self.solver != "renoise":
+            raise ValueError("Rollout: grad needs the 'renoise' solver (its exit step's x0 is the block)")
         b, c, _, h, w = anchor.shape
         device = anchor.device
         sigmas = few_step_sigmas(self.num_steps, adapter.shift, device)
@@ -149,21 +154,23 @@ class Rollout:
                 u = adapter(x, sigma_pf, block_cond, kv_cache=cache, r_per_frame=r_pf).float()
                 x = x - (sigmas[k] - sigmas[k + 1]) * u  # after the last step (r = 0) this is x0
             else:
-                v = adapter(x, sigma_pf, block_cond, kv_cache=cache).float()
-                x0 = x - adapter.sampler_sigma(sigmas[k]) * v  # the σ the model was told (bf16-rounded for imports)
-                x0[:, :, :clean] = anchor[:, :, :clean]
+                with torch.set_grad_enabled(grad and k == exit_step):
+                    v = adapter(x, sigma_pf, block_cond, kv_cache=cache).float()
+                    x0 = x - adapter.sampler_sigma(sigmas[k]) * v  # the σ the model was told (bf16-rounded)
+                    x0[:, :, :clean] = anchor[:, :, :clean]
                 if k < exit_step:
                     fresh = randn(x.shape, generator, device)
                     x = (1.0 - sigmas[k + 1]) * x0 + sigmas[k + 1] * fresh
-            x[:, :, :clean] = anchor[:, :, :clean]
+            if clean:  # out of place: the exit step's input may be saved for a gradient
+                x = torch.cat([anchor[:, :, :clean], x[:, :, clean:]], 2)
         if self.solver == "flowmap":
             x0 = x
         sigma_pf = torch.full((b, n), adapter.commit_sigma, device=device)
         sigma_pf[:, :clean] = 0.0  # the anchor (already x0's leading frames) stays exact
-        history = x0
+        history = x0.detach()
         if adapter.commit_sigma > 0:  # drawn last, so a rollout without it draws as before
             noise = randn(x0.shape, generator, device)
-            history = flow_interpolate(x0, noise, sigma_pf.to(x0.dtype)[:, None, :, None, None])
+            history = flow_interpolate(history, noise, sigma_pf.to(x0.dtype)[:, None, :, None, None])
         adapter(history, sigma_pf, block_cond, kv_cache=cache, commit=True)
         return BlockResult(x0=x0, noisy=noisy, sigma=float(sigmas[exit_step]), frames=frames)
 

@@ -52,6 +52,20 @@ class DMDInit:
     score_command: str | None = None
 
 
+@dataclass
+class RolloutStream:
+    """One student rollout continued across outer steps (``DMDModule(stream_blocks=...)``)."""
+
+    cond: dict[str, Any]  # the clip's conditions (every latent frame's camera)
+    anchor: torch.Tensor  # [B, C, a, h, w] the clean anchor latents
+    cache: Any  # the student's KV cache, carried from step to step
+    noise: SampleRNG  # the rollout's per-sample noise streams
+    index: torch.Tensor  # [B] the clip's sample indices
+    blocks: list[slice]  # the clip's full causal blocks, in order
+    next: int = 0  # the next block to generate
+    last: torch.Tensor | None = None  # [B, C, 1, h, w] the last latent frame generated (detached)
+
+
 def student_optimizer(params: Any) -> torch.optim.Optimizer:
     """The reference's student optimiser: AdamW lr 2e-6, betas (0, 0.999), no weight decay."""
     return torch.optim.AdamW(params, lr=2e-6, betas=(0.0, 0.999), weight_decay=0.0)
@@ -93,6 +107,14 @@ class DMDModule(CausalGenerateMixin, StageModule):
             re-anchored as a clean image latent (the decoded last frame before the slice, encoded alone), as
             Self-Forcing's long rollouts do for a teacher trained on short clips.
         sink_frames: the student's attention sink (``TFAnyFlowModule``); must match the stage-2 export's.
+        stream_blocks: streaming long tuning (LongLive's): one student rollout is continued across outer steps on
+            its own cache, ``stream_blocks`` new blocks a step, until the clip's cameras run out (then the next
+            batch starts a new stream; batches meanwhile are not used). Each step's new blocks (with the last
+            latent before them, re-anchored) are what both scores judge, ``score_window`` latents of them; the
+            student's gradient flows through the new blocks' exit-step forwards only (the history is detached),
+            and the critic trains on the same blocks. So the student learns from its own history minutes past
+            the teacher's window at the cost of a short clip per step. None = off (each step rolls out its batch's
+            clip). A resumed run starts a new stream.
     """
 
     stage_name = "dmd"
@@ -118,6 +140,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         seed: int = 0,
         score_window: int | None = None,
         sink_frames: int = 0,
+        stream_blocks: int | None = None,
     ) -> None:
         super().__init__(None, optimizer, None)
         self.save_hyperparameters(ignore=["adapter", "optimizer", "critic_optimizer"])
@@ -156,7 +179,17 @@ class DMDModule(CausalGenerateMixin, StageModule):
             raise ValueError(
                 "DMDModule: score_window and regression_weight do not combine (a slice has no aligned clip)"
             )
-        self.score_window = score_window
+        if stream_blocks is not None:
+            seen = stream_blocks * generator.frames_per_block  # the new latents, plus the one before them
+            if stream_blocks < 1 or score_window is None or not score_window <= seen + 1:
+                raise ValueError(
+                    f"DMDModule: stream_blocks needs a score_window of at most the {seen + 1} latent frames a step "
+                    f"sees (stream_blocks={stream_blocks}, score_window={score_window})"
+                )
+            if regression_weight > 0 or camera_guidance_scale > 0:
+                raise ValueError("DMDModule: stream_blocks does not combine with regression_weight or camera guidance")
+        self.score_window, self.stream_blocks = score_window, stream_blocks
+        self._stream: RolloutStream | None = None
         self.solver, self.sample_steps = "renoise", num_steps
         # Counters live in buffers so checkpoints carry them.
         self.register_buffer("outer_step", torch.zeros((), dtype=torch.long))
@@ -218,17 +251,18 @@ class DMDModule(CausalGenerateMixin, StageModule):
         return torch.cat([x0[:, :, :clean], output[:, :, clean:]], 2), cond, x0
 
     def score_slice(
-        self, x: torch.Tensor, cond: dict[str, Any], rng: torch.Generator
+        self, x: torch.Tensor, cond: dict[str, Any], rng: torch.Generator, min_start: int = 0
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """``(x, cond)`` cut to ``score_window`` latent frames at a random start (unchanged when the clip fits).
+        """``(x, cond)`` cut to ``score_window`` latent frames at a random start >= ``min_start`` (unchanged when
+        the clip fits and ``min_start`` is 0).
 
         A slice that does not start at frame 0 gets a clean anchor made from the generated video (detached): the
         last pixel frame of its first latent, decoded and encoded alone, as the teacher saw image latents.
         """
         gen, f = self.generator, x.shape[2]
-        if self.score_window is None or f <= self.score_window:
+        if self.score_window is None or (f <= self.score_window and min_start == 0):
             return x, cond
-        start = int(torch.randint(0, f - self.score_window + 1, (1,), generator=rng))
+        start = int(torch.randint(min_start, f - self.score_window + 1, (1,), generator=rng))
         frames = slice(start, start + self.score_window)
         piece = x[:, :, frames]
         clean = gen.clean_latent_frames
@@ -263,12 +297,19 @@ class DMDModule(CausalGenerateMixin, StageModule):
         output, cond, x0 = self.rollout_and_replay(batch, exit_step, streams, grad=True)
         if self.score_window is not None:
             output, cond = self.score_slice(output, cond, rng)
+        return self.judged_loss(output, cond, streams, x0)
+
+    def judged_loss(
+        self, output: torch.Tensor, cond: dict[str, Any], streams: SampleRNG, x0: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The DMD surrogate of generated latents ``output [B, C, f, h, w]`` (carrying the student's gradient)
+        as the teacher and the critic judge them under ``cond``; ``x0``: the clip, for ``regression_weight``."""
         with torch.no_grad():
             noisy, _, sigma_pf = self._renoise(output.detach(), streams)
             fake_x0 = self._x0(self.fake_score, noisy, sigma_pf, cond)
             cond_x0 = real_x0 = self._x0(self.real_score, noisy, sigma_pf, cond)
             if self.guidance_scale > 0:
-                neg = self.generator.text_features({"caption": [self.negative_prompt] * x0.shape[0]})[0]
+                neg = self.generator.text_features({"caption": [self.negative_prompt] * output.shape[0]})[0]
                 uncond_x0 = self._x0(self.real_score, noisy, sigma_pf, dict(cond, text_embeds=neg))
                 real_x0 = real_x0 + self.guidance_scale * (cond_x0 - uncond_x0)
             if self.camera_guidance_scale > 0:
@@ -288,11 +329,79 @@ class DMDModule(CausalGenerateMixin, StageModule):
         with torch.no_grad():
             generated, cond, _ = self.rollout_and_replay(batch, exit_step, streams, grad=False)
             generated, cond = self.score_slice(generated, cond, rng)
+        return self.critic_flow_loss(generated, cond, streams)
+
+    def critic_flow_loss(self, generated: torch.Tensor, cond: dict[str, Any], streams: SampleRNG) -> torch.Tensor:
+        """The fake score's flow loss on generated latents ``[B, C, f, h, w]`` (no gradient reaches them)."""
+        with torch.no_grad():
             noisy, noise, sigma_pf = self._renoise(generated, streams)
         prediction = self.fake_score(noisy, sigma_pf, cond)
         return self.fake_score.loss(
             prediction, self.fake_score.target(generated, noise), self.fake_score.loss_mask(generated)
         )
+
+    # ------------------------------------------------------------------ streaming long tuning
+    def start_stream(self, batch: dict[str, Any], rng: torch.Generator) -> RolloutStream:
+        """A new stream on ``batch``'s clip: its conditions, anchor and full blocks, an empty cache."""
+        gen = self.generator
+        with torch.no_grad():  # the conditions outlive this step's graph
+            x0 = self.latents(batch)
+            cond = gen.prepare_conditions(batch)
+        blocks = [b for b in gen.block_slices(x0.shape[2]) if b.stop - b.start == gen.frames_per_block]
+        if len(blocks) < self.stream_blocks:
+            raise ValueError(
+                f"DMDModule: a clip of {x0.shape[2]} latent frames has fewer than stream_blocks={self.stream_blocks} "
+                "full blocks"
+            )
+        index = self.sample_index(batch)
+        salt = int(torch.randint(0, 2**62, (1,), generator=rng))
+        return RolloutStream(
+            cond=cond,
+            anchor=x0[:, :, : gen.clean_latent_frames],
+            cache=gen.new_cache(*x0.shape[-2:]),
+            noise=SampleRNG(index, salt=salt, device=self.device),
+            index=index,
+            blocks=blocks,
+        )
+
+    def continue_stream(
+        self, batch: dict[str, Any], rng: torch.Generator, grad: bool
+    ) -> tuple[torch.Tensor, dict[str, Any], int]:
+        """``(x [B, C, f, h, w], cond, min_start)``: the stream's next ``stream_blocks`` blocks after the (up to
+        two, detached) latent frames before them; ``min_start``: where a slice may start so that its first
+        latent, if not the clip's anchor, is re-anchored from the frame before it.
+
+        Starts a stream on ``batch`` when there is none or its clip has no room left. With ``grad`` the new
+        blocks carry the student's gradient through their exit-step forwards (one exit step for all of them).
+        """
+        gen = self.generator
+        stream = self._stream
+        if stream is None or stream.next + self.stream_blocks > len(stream.blocks):
+            stream = self._stream = self.start_stream(batch, rng)
+        exit_step = int(torch.randint(0, self.num_steps, (1,), generator=rng))
+        rollout = Rollout(gen, self.num_steps, "renoise")
+        new = stream.blocks[stream.next : stream.next + self.stream_blocks]
+        pieces = []
+        for frames in new:
+            block_cond = block_conditions(gen, stream.cond, frames)
+            block = rollout.block(block_cond, stream.anchor, frames, stream.cache, stream.noise, exit_step, grad=grad)
+            pieces.append(block.x0)
+        x, first, min_start = torch.cat(pieces, 2), new[0].start, 0
+        if stream.last is not None:  # judged after the frames before them, as a slice of one long rollout is
+            x, first, min_start = torch.cat([stream.last, x], 2), first - stream.last.shape[2], stream.last.shape[2] - 1
+        stream.last, stream.next = x[:, :, -2:].detach(), stream.next + len(new)
+        return x, block_conditions(gen, stream.cond, slice(first, new[-1].stop)), min_start
+
+    def stream_piece(
+        self, batch: dict[str, Any], rng: torch.Generator, grad: bool
+    ) -> tuple[torch.Tensor, dict[str, Any], SampleRNG]:
+        """``(piece, cond, streams)``: the stream's next blocks (``continue_stream``) cut to ``score_window`` at a
+        random start, and this step's score draws."""
+        x, cond, min_start = self.continue_stream(batch, rng, grad)
+        stream = self._stream
+        _, streams = self.draws({"sample_index": stream.index}, rng)
+        piece, cond = self.score_slice(x, cond, rng, min_start)
+        return piece, cond, streams
 
     # ------------------------------------------------------------------ Lightning
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
@@ -316,13 +425,20 @@ class DMDModule(CausalGenerateMixin, StageModule):
         size = self.batch_size_of(batch)
         step = int(self.outer_step)
         self._student_updated = step > 0 and step % self.student_update_every == 0
+        if self.stream_blocks is not None:  # both updates judge the stream's new blocks
+            piece, cond, streams = self.stream_piece(batch, self._rng(1), grad=self._student_updated)
+            student_loss = lambda: self.judged_loss(piece, cond, streams)  # noqa: E731
+            critic_loss = lambda: self.critic_flow_loss(piece.detach(), cond, streams)  # noqa: E731
+        else:
+            student_loss = lambda: self.student_loss(batch, self._rng(1))  # noqa: E731
+            critic_loss = lambda: self.critic_loss(batch, self._rng(2))  # noqa: E731
         if self._student_updated:
-            loss = self.student_loss(batch, self._rng(1))
+            loss = student_loss()
             self.check_finite(loss, batch, batch_idx)
             self._update(student_opt, loss)
             self.student_steps += 1
             self.log("train/student_loss", loss.detach(), prog_bar=True, batch_size=size, sync_dist=True)
-        critic = self.critic_loss(batch, self._rng(2))
+        critic = critic_loss()
         self.check_finite(critic, batch, batch_idx)
         self._update(critic_opt, critic)
         self.log("train/critic_loss", critic.detach(), prog_bar=True, batch_size=size, sync_dist=True)
