@@ -58,6 +58,7 @@ class RolloutStream:
 
     cond: dict[str, Any]  # the clip's conditions (every latent frame's camera)
     anchor: torch.Tensor  # [B, C, a, h, w] the clean anchor latents
+    clip: torch.Tensor  # [B, C, f, h, w] the clip's latents (for ``regression_weight``)
     cache: Any  # the student's KV cache, carried from step to step
     noise: SampleRNG  # the rollout's per-sample noise streams
     index: torch.Tensor  # [B] the clip's sample indices
@@ -96,6 +97,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
             its generated latent frames against the clip it is conditioned on (0 = off, the plain DMD of eq. 3).
             DMD's own paper pairs its distribution loss with a regression loss; here the target is the real clip,
             which in a static world is fixed by the first frame and the camera except where content is unseen.
+            With ``score_window`` (or ``stream_blocks``) it compares the judged slice with the clip's latents of the
+            same frames, whose cameras the slice was generated under.
         score_min, score_max: clamp of the shifted score sigma.
         score_shift: the flow shift of the score (and critic) sigmas; None = the route's own shift (the
             reference; Self-Forcing shifts, DMD/DMD2 draw uniform timesteps, i.e. 1.0).
@@ -175,10 +178,6 @@ class DMDModule(CausalGenerateMixin, StageModule):
             raise ValueError(
                 f"DMDModule: score_window must exceed the anchor's {generator.clean_latent_frames} latent frames"
             )
-        if score_window is not None and regression_weight > 0:
-            raise ValueError(
-                "DMDModule: score_window and regression_weight do not combine (a slice has no aligned clip)"
-            )
         if stream_blocks is not None:
             seen = stream_blocks * generator.frames_per_block  # the new latents, plus the one before them
             if stream_blocks < 1 or score_window is None or not score_window <= seen + 1:
@@ -186,8 +185,6 @@ class DMDModule(CausalGenerateMixin, StageModule):
                     f"DMDModule: stream_blocks needs a score_window of at most the {seen + 1} latent frames a step "
                     f"sees (stream_blocks={stream_blocks}, score_window={score_window})"
                 )
-            if regression_weight > 0 or camera_guidance_scale > 0:
-                raise ValueError("DMDModule: stream_blocks does not combine with regression_weight or camera guidance")
         self.score_window, self.stream_blocks = score_window, stream_blocks
         self._stream: RolloutStream | None = None
         self.solver, self.sample_steps = "renoise", num_steps
@@ -252,16 +249,16 @@ class DMDModule(CausalGenerateMixin, StageModule):
 
     def score_slice(
         self, x: torch.Tensor, cond: dict[str, Any], rng: torch.Generator, min_start: int = 0
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """``(x, cond)`` cut to ``score_window`` latent frames at a random start >= ``min_start`` (unchanged when
-        the clip fits and ``min_start`` is 0).
+    ) -> tuple[torch.Tensor, dict[str, Any], slice]:
+        """``(x, cond, frames)`` cut to ``score_window`` latent frames at a random start >= ``min_start``
+        (unchanged when the clip fits and ``min_start`` is 0); ``frames``: the slice's frames of ``x``.
 
         A slice that does not start at frame 0 gets a clean anchor made from the generated video (detached): the
         last pixel frame of its first latent, decoded and encoded alone, as the teacher saw image latents.
         """
         gen, f = self.generator, x.shape[2]
         if self.score_window is None or (f <= self.score_window and min_start == 0):
-            return x, cond
+            return x, cond, slice(0, f)
         start = int(torch.randint(min_start, f - self.score_window + 1, (1,), generator=rng))
         frames = slice(start, start + self.score_window)
         piece = x[:, :, frames]
@@ -271,7 +268,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
                 last = gen.decode(x[:, :, start - 1 : start + 1].detach().float())[:, :, -1:]
                 anchor = gen.encode(last).to(piece.dtype)[:, :, :clean]
             piece = torch.cat([anchor, piece[:, :, clean:]], 2)
-        return piece, block_conditions(gen, cond, frames)
+        return piece, block_conditions(gen, cond, frames), frames
 
     def score_sigmas(self, batch_size: int, rng: RandomSource) -> torch.Tensor:
         """Per-sample score sigma ``[B]``: ``randint(0, 1000)/1000``, shifted (``score_shift``), clamped."""
@@ -296,7 +293,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
         exit_step, streams = self.draws(batch, rng)
         output, cond, x0 = self.rollout_and_replay(batch, exit_step, streams, grad=True)
         if self.score_window is not None:
-            output, cond = self.score_slice(output, cond, rng)
+            output, cond, frames = self.score_slice(output, cond, rng)
+            x0 = x0[:, :, frames]  # the clip's latents under the slice's cameras (its first is masked)
         return self.judged_loss(output, cond, streams, x0)
 
     def judged_loss(
@@ -328,7 +326,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         exit_step, streams = self.draws(batch, rng)
         with torch.no_grad():
             generated, cond, _ = self.rollout_and_replay(batch, exit_step, streams, grad=False)
-            generated, cond = self.score_slice(generated, cond, rng)
+            generated, cond, _ = self.score_slice(generated, cond, rng)
         return self.critic_flow_loss(generated, cond, streams)
 
     def critic_flow_loss(self, generated: torch.Tensor, cond: dict[str, Any], streams: SampleRNG) -> torch.Tensor:
@@ -358,6 +356,7 @@ class DMDModule(CausalGenerateMixin, StageModule):
         return RolloutStream(
             cond=cond,
             anchor=x0[:, :, : gen.clean_latent_frames],
+            clip=x0,
             cache=gen.new_cache(*x0.shape[-2:]),
             noise=SampleRNG(index, salt=salt, device=self.device),
             index=index,
@@ -366,10 +365,11 @@ class DMDModule(CausalGenerateMixin, StageModule):
 
     def continue_stream(
         self, batch: dict[str, Any], rng: torch.Generator, grad: bool
-    ) -> tuple[torch.Tensor, dict[str, Any], int]:
-        """``(x [B, C, f, h, w], cond, min_start)``: the stream's next ``stream_blocks`` blocks after the (up to
-        two, detached) latent frames before them; ``min_start``: where a slice may start so that its first
-        latent, if not the clip's anchor, is re-anchored from the frame before it.
+    ) -> tuple[torch.Tensor, dict[str, Any], int, torch.Tensor]:
+        """``(x [B, C, f, h, w], cond, min_start, clip)``: the stream's next ``stream_blocks`` blocks after the (up
+        to two, detached) latent frames before them; ``min_start``: where a slice may start so that its first
+        latent, if not the clip's anchor, is re-anchored from the frame before it; ``clip``: the clip's latents
+        of the same frames.
 
         Starts a stream on ``batch`` when there is none or its clip has no room left. With ``grad`` the new
         blocks carry the student's gradient through their exit-step forwards (one exit step for all of them).
@@ -390,18 +390,18 @@ class DMDModule(CausalGenerateMixin, StageModule):
         if stream.last is not None:  # judged after the frames before them, as a slice of one long rollout is
             x, first, min_start = torch.cat([stream.last, x], 2), first - stream.last.shape[2], stream.last.shape[2] - 1
         stream.last, stream.next = x[:, :, -2:].detach(), stream.next + len(new)
-        return x, block_conditions(gen, stream.cond, slice(first, new[-1].stop)), min_start
+        frames = slice(first, new[-1].stop)
+        return x, block_conditions(gen, stream.cond, frames), min_start, stream.clip[:, :, frames]
 
     def stream_piece(
         self, batch: dict[str, Any], rng: torch.Generator, grad: bool
-    ) -> tuple[torch.Tensor, dict[str, Any], SampleRNG]:
-        """``(piece, cond, streams)``: the stream's next blocks (``continue_stream``) cut to ``score_window`` at a
-        random start, and this step's score draws."""
-        x, cond, min_start = self.continue_stream(batch, rng, grad)
-        stream = self._stream
-        _, streams = self.draws({"sample_index": stream.index}, rng)
-        piece, cond = self.score_slice(x, cond, rng, min_start)
-        return piece, cond, streams
+    ) -> tuple[torch.Tensor, dict[str, Any], SampleRNG, torch.Tensor]:
+        """``(piece, cond, streams, clip)``: the stream's next blocks (``continue_stream``) cut to ``score_window``
+        at a random start, this step's score draws, and the clip's latents under the piece's cameras."""
+        x, cond, min_start, clip = self.continue_stream(batch, rng, grad)
+        _, streams = self.draws({"sample_index": self._stream.index}, rng)
+        piece, cond, frames = self.score_slice(x, cond, rng, min_start)
+        return piece, cond, streams, clip[:, :, frames]
 
     # ------------------------------------------------------------------ Lightning
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
@@ -426,8 +426,8 @@ class DMDModule(CausalGenerateMixin, StageModule):
         step = int(self.outer_step)
         self._student_updated = step > 0 and step % self.student_update_every == 0
         if self.stream_blocks is not None:  # both updates judge the stream's new blocks
-            piece, cond, streams = self.stream_piece(batch, self._rng(1), grad=self._student_updated)
-            student_loss = lambda: self.judged_loss(piece, cond, streams)  # noqa: E731
+            piece, cond, streams, clip = self.stream_piece(batch, self._rng(1), grad=self._student_updated)
+            student_loss = lambda: self.judged_loss(piece, cond, streams, clip)  # noqa: E731
             critic_loss = lambda: self.critic_flow_loss(piece.detach(), cond, streams)  # noqa: E731
         else:
             student_loss = lambda: self.student_loss(batch, self._rng(1))  # noqa: E731

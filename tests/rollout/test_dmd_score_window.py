@@ -38,9 +38,10 @@ def test_slice_has_the_window_length_a_clean_re_anchor_and_its_own_cameras(batch
     }
     starts = set()
     for seed in range(20):
-        piece, sliced = module.score_slice(x, cond, torch.Generator().manual_seed(seed))
+        piece, sliced, frames = module.score_slice(x, cond, torch.Generator().manual_seed(seed))
         start = int(sliced["c2w"][0, 0, 0, 0])
         starts.add(start)
+        assert frames == slice(start, start + 5)
         assert piece.shape[2] == 5 and sliced["K"].shape[1] == 5 and sliced["text_embeds"] is cond["text_embeds"]
         torch.testing.assert_close(piece[:, :, 1:], x[:, :, start + 1 : start + 5])
         if start > 0:  # the anchor is the last pixel frame of latent `start`, encoded alone
@@ -73,5 +74,14 @@ def test_long_rollout_losses_train_the_student_and_critic_on_slices(batch):
 def test_score_window_refuses_what_it_cannot_do():
     with pytest.raises(ValueError):
         make_module(score_window=1)
-    with pytest.raises(ValueError):
-        make_module(score_window=5, regression_weight=0.1)
+
+
+def test_regression_on_a_slice_compares_with_the_clip_under_its_cameras(batch, monkeypatch):
+    module = make_module(score_window=5, regression_weight=1.0)
+    seen = []
+    loss = module.generator.loss
+    monkeypatch.setattr(module.generator, "loss", lambda out, x0, mask: seen.append(x0) or loss(out, x0, mask))
+    module.student_loss(batch, torch.Generator().manual_seed(0))
+    x0 = module.latents(batch)
+    assert len(seen) == 1 and seen[0].shape[2] == 5
+    assert any(torch.equal(seen[0], x0[:, :, s : s + 5].float()) for s in range(3))

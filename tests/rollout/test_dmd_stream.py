@@ -74,10 +74,12 @@ def test_the_stream_is_one_rollout_continued_step_after_step(batch):
     gen = module.generator
     new_latents, conds = [], []
     for step in range(3):  # 33 frames: 9 latent frames, 3 full blocks of 3
-        x, cond, min_start = module.continue_stream(batch, torch.Generator().manual_seed(step), grad=False)
+        x, cond, min_start, clip = module.continue_stream(batch, torch.Generator().manual_seed(step), grad=False)
         assert min_start == (0 if step == 0 else 1) and x.shape[2] == (3 if step == 0 else 5)
         new_latents.append(x[:, :, -3:])
         conds.append(cond)
+        frames = slice(0, 3) if step == 0 else slice(3 * step - 2, 3 * step + 3)  # 2 frames before the block
+        torch.testing.assert_close(clip, module.latents(batch)[:, :, frames])
     assert module._stream.next == 3
     # The same clip rolled out in one go from the same noise streams (the salt is the stream's first draw).
     salt = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(0)))
@@ -96,8 +98,8 @@ def test_the_stream_is_one_rollout_continued_step_after_step(batch):
 def test_a_stream_piece_is_re_anchored_and_judged_by_both_losses(batch):
     module = make_module(num_steps=2, score_window=4, stream_blocks=1)
     module.continue_stream(batch, torch.Generator().manual_seed(0), grad=False)  # past the clip's anchor
-    piece, cond, streams = module.stream_piece(batch, torch.Generator().manual_seed(1), grad=True)
-    assert piece.shape[2] == 4 and cond["c2w"].shape[1] == 4 and piece.requires_grad
+    piece, cond, streams, clip = module.stream_piece(batch, torch.Generator().manual_seed(1), grad=True)
+    assert piece.shape[2] == 4 and cond["c2w"].shape[1] == 4 and clip.shape == piece.shape and piece.requires_grad
     module.judged_loss(piece, cond, streams).backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.generator.parameters())
     module.zero_grad(set_to_none=True)
@@ -125,7 +127,5 @@ def test_streaming_refuses_what_it_cannot_do(batch):
         make_module(stream_blocks=1)  # nothing to cut the pieces to
     with pytest.raises(ValueError, match="score_window"):
         make_module(score_window=5, stream_blocks=1)  # 2 + 3 latents, and a slice starts after the first
-    with pytest.raises(ValueError, match="regression_weight"):
-        make_module(score_window=4, stream_blocks=1, regression_weight=0.1)
     with pytest.raises(ValueError, match="full blocks"):  # 9 latent frames hold 3 full blocks
         make_module(score_window=5, stream_blocks=4).continue_stream(batch, torch.Generator(), grad=False)
