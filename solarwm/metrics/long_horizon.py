@@ -66,6 +66,24 @@ def bootstrap_interval(
     return float(low), float(high)
 
 
+def paired_difference(
+    a: np.ndarray, b: np.ndarray, statistic: Callable[[np.ndarray], float] = np.mean, draws: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
+    """``(difference, low, high)``: ``statistic(a) - statistic(b)`` and its 95% interval, resampling the same rows
+    (worlds) of both, so two models measured on the same worlds are compared world by world."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"paired_difference: {a.shape[0]} and {b.shape[0]} worlds differ")
+    rng = np.random.default_rng(seed)
+    n = len(a)
+    stats = []
+    for _ in range(draws):
+        rows = rng.integers(0, n, n)
+        stats.append(statistic(a[rows]) - statistic(b[rows]))
+    low, high = np.percentile(stats, [2.5, 97.5])
+    return float(statistic(a) - statistic(b)), float(low), float(high)
+
+
 def in_band_fraction(ratios: np.ndarray, low: float = 0.6, high: float = 1.6) -> float:
     """Fraction of (world, window) detail ratios inside ``[low, high]`` (``ratios [worlds, windows]``)."""
     r = np.asarray(ratios, dtype=np.float64)

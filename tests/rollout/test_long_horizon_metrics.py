@@ -9,6 +9,7 @@ from solarwm.metrics.long_horizon import (
     bootstrap_interval,
     detail,
     in_band_fraction,
+    paired_difference,
     summarise,
     window_bounds,
     window_figures,
@@ -64,3 +65,14 @@ def test_summary_reports_the_worst_window_from_5s_on():
     assert summary["worlds"] == 2 and summary["windows"] == 4
     assert summary["gap_per_window"] == [0.0, 0.0, 0.0, 0.0]
     assert 1 <= summary["worst_gap_window"] < 4
+
+
+def test_paired_difference_resamples_the_same_worlds_of_both():
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(12, 5)) * 3.0  # worlds differ a lot; the models differ by a constant per world
+    diff, low, high = paired_difference(a + 0.5, a, lambda g: g.mean())
+    assert diff == pytest.approx(0.5) and low == pytest.approx(0.5) and high == pytest.approx(0.5)
+    diff, low, high = paired_difference(a + rng.normal(size=a.shape) * 0.1, a, lambda g: g.mean(0).min())
+    assert low <= diff <= high and high - low < 1.0  # an unpaired interval would span the worlds' spread
+    with pytest.raises(ValueError, match="worlds differ"):
+        paired_difference(a, a[:5])
