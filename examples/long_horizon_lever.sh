@@ -7,7 +7,8 @@
 # (the tokens per step of one 81-frame window). TF_RECIPE (default recipes/tiny_tf_long.yaml) is stage 2's recipe,
 # e.g. recipes/tiny_tf_long_context_noise.yaml or recipes/tiny_tf_long_sink.yaml; its name tags the outputs.
 # DMD_RECIPE (default recipes/tiny_dmd.yaml) is stage 3's, e.g. recipes/tiny_dmd_stream.yaml (streaming long
-# tuning on one-minute clips); its name tags stage 3's folder.
+# tuning on one-minute clips) or recipes/tiny_dmd_stream_regression.yaml (the same with the regression term); its
+# name tags stage 3's folder.
 # OUT/truth and OUT/test_multiview cache the rendered truths (reused across runs). About 1.5 hours on 2 CPU cores.
 set -euo pipefail
 out=${1:?usage: long_horizon_lever.sh OUT [TF_STEPS] [DMD_STEPS] [FRAMES] [TF_RECIPE] [DMD_RECIPE]}
