@@ -64,7 +64,7 @@ class RolloutStream:
     index: torch.Tensor  # [B] the clip's sample indices
     blocks: list[slice]  # the clip's full causal blocks, in order
     next: int = 0  # the next block to generate
-    last: torch.Tensor | None = None  # [B, C, 1, h, w] the last latent frame generated (detached)
+    last: torch.Tensor | None = None  # [B, C, 2, h, w] the last two latent frames generated (detached)
 
 
 def student_optimizer(params: Any) -> torch.optim.Optimizer:

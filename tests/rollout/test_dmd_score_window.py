@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
-from solarwm.datamodules import WorldDataModule
-from solarwm.datamodules.world import SynthCorpus
 from solarwm.stages.dmd import DMDModule
+
+from corpora import first_batch, synth_worlds
 
 
 def make_module(**kwargs) -> DMDModule:
@@ -19,12 +19,7 @@ def make_module(**kwargs) -> DMDModule:
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("dmd_long") / "corpus"
-    dm = WorldDataModule(corpus_dir=str(root), synth=SynthCorpus(clips=2, frames=25, width=32, height=32, fps=8.0),
-                         num_frames=25, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False)
-    dm.prepare_data()
-    dm.setup("fit")
-    return next(iter(dm.train_dataloader()))
+    return first_batch(synth_worlds(tmp_path_factory.mktemp("dmd_long") / "corpus", frames=25))
 
 
 def test_slice_has_the_window_length_a_clean_re_anchor_and_its_own_cameras(batch):

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning.pytorch as pl
 import pytest
 import torch
 
 from solarwm.backbones.wan22_ti2v_5b import Wan22TI2V5BAdapter, Wan22TI2V5BConfig
-from solarwm.datamodules import WorldDataModule
-from solarwm.datamodules.world import SynthCorpus
 from solarwm.objectives.rng import SampleRNG
 from solarwm.rollout.engine import Rollout, block_conditions
 from solarwm.stages.dmd import DMDModule
+
+from corpora import first_batch, synth_worlds
 
 
 def make_module(**kwargs) -> DMDModule:
@@ -21,24 +23,15 @@ def make_module(**kwargs) -> DMDModule:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
+def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("dmd_stream") / "corpus"
-    dm = WorldDataModule(corpus_dir=str(root), synth=SynthCorpus(clips=2, frames=33, width=32, height=32, fps=8.0),
-                         num_frames=33, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False)
-    dm.prepare_data()
-    return str(root)
-
-
-def datamodule(corpus: str) -> WorldDataModule:
-    return WorldDataModule(corpus_dir=corpus, num_frames=33, width=32, height=32, num_val_clips=1, batch_size=1,
-                           shuffle=False)
+    synth_worlds(root, frames=33)  # 9 latent frames: 3 full blocks
+    return root
 
 
 @pytest.fixture(scope="module")
-def batch(corpus: str) -> dict:
-    dm = datamodule(corpus)
-    dm.setup("fit")
-    return next(iter(dm.train_dataloader()))
+def batch(corpus: Path) -> dict:
+    return first_batch(synth_worlds(corpus, frames=33))
 
 
 def test_a_grad_block_is_the_same_block_and_carries_the_gradient():
@@ -114,7 +107,7 @@ def test_streaming_training_steps_continue_the_stream(corpus, tmp_path):
     trainer = pl.Trainer(max_steps=5, accelerator="cpu", logger=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
                          default_root_dir=tmp_path)
-    trainer.fit(module, datamodule=datamodule(corpus))
+    trainer.fit(module, datamodule=synth_worlds(corpus, frames=33))
     assert int(module.outer_step) == 4 and int(module.student_steps) == 1
     # 4 outer steps (5 optimiser steps) of one block on 3-block clips: a stream of 3, then a new one.
     assert module._stream.next == 1

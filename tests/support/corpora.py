@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from solarwm.data.contract import Clip, write_clip
+from solarwm.datamodules import WorldDataModule
+from solarwm.datamodules.world import SynthCorpus
 
 # (clip_id, owner, outcome, num_frames); outcome is a tier, "failed" or "pending"
 DEFAULT_CLIPS = (
@@ -70,3 +72,18 @@ def make_corpus(root: Path, clips=DEFAULT_CLIPS, size: int = 16, seed: int = 0) 
         )
         write_clip(clip, corpus)
     return corpus
+
+
+def synth_worlds(root: Path, frames: int, clips: int = 2) -> WorldDataModule:
+    """A 32×32 ``WorldDataModule`` of whole ``frames``-frame clips over rendered worlds in ``root`` (rendered once,
+    one held out, batch 1, in order): what the causal-stage tests train and roll out on."""
+    dm = WorldDataModule(corpus_dir=str(root), synth=SynthCorpus(clips=clips, frames=frames, width=32, height=32,
+                         fps=8.0), num_frames=frames, width=32, height=32, num_val_clips=1, batch_size=1, shuffle=False)
+    dm.prepare_data()
+    return dm
+
+
+def first_batch(dm: WorldDataModule) -> dict:
+    """The first training batch of ``dm``."""
+    dm.setup("fit")
+    return next(iter(dm.train_dataloader()))
